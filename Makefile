@@ -1,0 +1,41 @@
+# pgrac_ic: PGXS build of the extension. The PostgreSQL-independent core
+# (src/ic, src/tiers) and pgrac_ctl are built by CMake into build/; this
+# Makefile links the core into pgrac_ic.so and installs everything.
+EXTENSION = pgrac_ic
+MODULE_big = pgrac_ic
+EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" pgrac_ic.control)
+
+GLUE_SRCS = $(wildcard src/*.cpp src/lms/*.cpp src/views/*.cpp)
+OBJS = $(GLUE_SRCS:.cpp=.o)
+DATA = $(wildcard sql/pgrac_ic--*.sql)
+HEADERS_pgrac_ic = include/pgrac_ic/pgrac_ic.h
+
+BUILD_DIR = build
+CORE_LIB = $(BUILD_DIR)/libpgrac_core.a
+CTL_BIN = $(BUILD_DIR)/bin/pgrac_ctl
+SCRIPTS_built = $(CTL_BIN)
+EXTRA_CLEAN = $(BUILD_DIR)
+
+# PostgreSQL's headers are system headers to us: our own code must be clean at
+# -Wall -Wextra, theirs is not our business.
+PG_CPPFLAGS = -isystem $(shell $(PG_CONFIG) --includedir-server) -Iinclude -Isrc
+SHLIB_LINK = $(CORE_LIB) -lisal -lcrypto -lrdmacm -libverbs -lnuma -lstdc++ -lpthread
+
+# No LLVM bitcode for C++ sources.
+override with_llvm = no
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+override CXXFLAGS += -std=c++17 -Wall -Wextra -Werror -Wno-register -fno-omit-frame-pointer
+
+CMAKE_BUILD_TYPE ?= RelWithDebInfo
+$(OBJS): $(wildcard src/*.hpp src/lms/*.hpp src/views/*.hpp src/ic/*.hpp src/tiers/*.hpp include/pgrac_ic/*.h)
+$(shlib): $(CORE_LIB)
+$(CORE_LIB) $(CTL_BIN): core
+.PHONY: core
+core:
+	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(CMAKE_BUILD_TYPE) >/dev/null
+	cmake --build $(BUILD_DIR) -j$(shell nproc) --target pgrac_core pgrac_ctl
+all: $(CTL_BIN)

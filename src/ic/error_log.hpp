@@ -1,0 +1,70 @@
+// A bounded ring of recent interconnect errors in shared memory, plus per-type
+// totals that never wrap silently (64-bit). Written by any process; read by the
+// errors view. Entries are published with a sequence number so that a reader
+// skips an entry that is being overwritten.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace pgrac::ic {
+
+enum class ErrorType : uint16_t {
+    MalformedFrame = 0,
+    BadChecksum,
+    OversizedMessage,
+    UnknownNode,
+    AddressMismatch,
+    WrongKey,
+    ClusterMismatch,
+    SystemMismatch,
+    VersionMismatch,
+    HandshakeFailed,
+    ConnectFailed,
+    PeerDown,
+    PeerReset,
+    QueueFull,
+    InboxFull,
+    RpcTimeout,
+    NoHandler,
+    HandlerError,
+    CqOverflow,
+    QpError,
+    TierFallback,
+    Internal,
+    kCount
+};
+const char* error_type_name(ErrorType t);  // "wrong_key", ...
+
+enum class Severity : uint8_t { Info = 0, Warning = 1, Error = 2 };
+const char* severity_name(Severity s);  // "INFO", "WARNING", "ERROR"
+
+inline constexpr size_t kErrorDescriptionMax = 200;
+
+struct ErrorEntry {
+    uint64_t seq;       // 0 = never written; odd while being written (seqlock)
+    int64_t time_us;    // microseconds since the Unix epoch
+    int32_t peer_node;  // -1 when not about one peer
+    uint16_t type;      // ErrorType
+    uint8_t severity;   // Severity
+    uint8_t pad;
+    char description[kErrorDescriptionMax];
+};
+
+struct ErrorLog {
+    static constexpr size_t kEntries = 256;
+
+    uint64_t next;  // entries ever written
+    uint64_t totals[static_cast<size_t>(ErrorType::kCount)];
+    ErrorEntry entries[kEntries];
+
+    void reset();
+    // Records one error (counts it and keeps it in the ring). Thread/process safe.
+    void add(ErrorType type, Severity severity, int32_t peer_node, int64_t time_us,
+             const char* description);
+    // Copies up to max entries, newest first; returns how many.
+    size_t snapshot(ErrorEntry* out, size_t max) const;
+    uint64_t total(ErrorType t) const;
+};
+
+}  // namespace pgrac::ic

@@ -1,0 +1,78 @@
+// The Transport interface: what a tier provides to the engine. A transport
+// moves whole frames between this instance and its peers; it knows nothing of
+// sessions, handshakes or message types (those are tier-independent, in src/ic).
+//
+// Single-threaded contract: every call, and every callback into the handler,
+// happens on the thread that calls poll(). A transport may use its own I/O
+// threads internally, but they never call back directly.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <sys/uio.h>
+
+#include "ic/frame.hpp"
+
+namespace pgrac::tiers {
+
+using ConnId = uint64_t;  // never reused within one transport's lifetime
+
+struct TransportCounters {
+    uint64_t frames_sent = 0, frames_recv = 0;
+    uint64_t bytes_sent = 0, bytes_recv = 0;
+    uint64_t send_calls = 0;      // syscalls or work requests posted
+    uint64_t cq_overflows = 0;    // verbs only
+    uint64_t qp_errors = 0;       // verbs only
+};
+
+class TransportHandler {
+public:
+    virtual ~TransportHandler() = default;
+    // An outbound connect() finished (ok) or failed (error names why).
+    virtual void on_connected(ConnId conn, bool ok, const std::string& error) = 0;
+    // An inbound connection was accepted from peer_host (numeric address).
+    virtual void on_accepted(ConnId conn, const std::string& peer_host) = 0;
+    // A complete frame whose header and CRC have been validated.
+    virtual void on_frame(ConnId conn, const ic::FrameHeader& h, const uint8_t* payload) = 0;
+    // The connection is gone. frame_error says whether bad input caused it.
+    virtual void on_closed(ConnId conn, const std::string& reason, ic::FrameError frame_error) = 0;
+};
+
+class Transport {
+public:
+    virtual ~Transport() = default;
+
+    virtual const char* name() const = 0;  // "stub", "tcp", "verbs"
+    // Starts accepting on host:port. False with *error set on failure.
+    virtual bool listen(const std::string& host, uint16_t port, std::string* error) = 0;
+    // Starts a connection; on_connected reports the outcome. 0 = failed at once (*error set).
+    virtual ConnId connect(const std::string& host, uint16_t port, std::string* error) = 0;
+    // Sends one frame: iov holds the 24-byte header and the payload pieces.
+    // The transport copies or queues it; false if the connection is unusable.
+    virtual bool send(ConnId conn, const iovec* iov, int iovcnt) = 0;
+    // Bytes accepted by send() but not yet written to the wire.
+    virtual size_t queued_bytes(ConnId conn) const = 0;
+    // Closes; on_closed is still reported (from a later poll()).
+    virtual void close(ConnId conn) = 0;
+    // A file descriptor that becomes readable when poll() has work; -1 if none.
+    virtual int wait_fd() const = 0;
+    // Does all work that is ready, waiting up to timeout_ms (0 = don't wait).
+    virtual void poll(int timeout_ms) = 0;
+    // Largest frame payload the transport carries.
+    virtual uint32_t max_payload() const = 0;
+    virtual TransportCounters counters() const = 0;
+};
+
+// stub: no network at all; listen() succeeds, connect() always fails.
+std::unique_ptr<Transport> make_stub_transport(TransportHandler& handler);
+
+struct TcpOptions {
+    uint32_t max_payload = ic::kMaxFramePayload;
+    int sndbuf = 0, rcvbuf = 0;  // 0 = kernel default
+    int connect_timeout_ms = 5000;
+};
+// tier3: nonblocking TCP sockets on epoll, TCP_NODELAY, vectored writes.
+std::unique_ptr<Transport> make_tcp_transport(TransportHandler& handler, const TcpOptions& opts);
+
+}  // namespace pgrac::tiers
