@@ -1,7 +1,7 @@
 // Connection handshake with mutual HMAC-SHA256 challenge/response.
 //
 //   dialer                                    acceptor
-//   Hello{versions, cluster, sysid, node, incarnation, last_seq, nonce_d} ->
+//   Hello{versions, cluster, sysid, node, incarnation, last_seq, lane, nonce_d} ->
 //            <- HelloReply{version, cluster, sysid, node, incarnation, last_seq, nonce_a, proof_a}
 //   Auth{proof_d} ->
 //            <- AuthOk{}                        (or Reject{reason, detail} at any step)
@@ -30,14 +30,14 @@ inline constexpr uint8_t kMaxProtocolVersion = 1;
 
 enum class RejectReason : uint16_t {
     None = 0,
-    Malformed = 1,         // a handshake frame did not parse or came out of order
-    VersionMismatch = 2,   // no common protocol version
-    ClusterMismatch = 3,   // another cluster.name
-    SystemMismatch = 4,    // another database system identifier
-    UnknownNode = 5,       // node id not in cluster.nodes
-    AddressMismatch = 6,   // connection from an address other than the node's
-    WrongKey = 7,          // proof did not verify
-    SelfConnect = 8,       // the peer claims our own node id
+    Malformed = 1,        // a handshake frame did not parse or came out of order
+    VersionMismatch = 2,  // no common protocol version
+    ClusterMismatch = 3,  // another cluster.name
+    SystemMismatch = 4,   // another database system identifier
+    UnknownNode = 5,      // node id not in cluster.nodes
+    AddressMismatch = 6,  // connection from an address other than the node's
+    WrongKey = 7,         // proof did not verify
+    SelfConnect = 8,      // the peer claims our own node id
     ShuttingDown = 9,
 };
 // Stable lower-case name, e.g. "wrong_key".
@@ -56,16 +56,17 @@ struct PeerIdentity {
     uint64_t incarnation = 0;
     uint32_t last_seq_received = 0;  // what the peer has of our messages
     uint8_t version = 0;             // negotiated protocol version
+    uint8_t lane = 0;                // which of the pair's connections this is (0 = control)
 };
 
 // What the handshake asks of its owner (the engine).
 class HandshakePolicy {
-public:
+  public:
     virtual ~HandshakePolicy() = default;
     // Acceptor side: may node_id connect from peer_address ("host" form)?
     virtual RejectReason check_peer(uint16_t node_id, const std::string& peer_address) = 0;
-    // Last sequence number received in order from node_id (0 if none).
-    virtual uint32_t last_seq_received(uint16_t node_id) = 0;
+    // Last sequence number received in order from node_id on `lane` (0 if none).
+    virtual uint32_t last_seq_received(uint16_t node_id, uint8_t lane) = 0;
 };
 
 struct HandshakeOutput {
@@ -74,13 +75,13 @@ struct HandshakeOutput {
 };
 
 class Handshake {
-public:
+  public:
     enum class Role { Dialer, Acceptor };
     enum class State { Start, WaitHelloReply, WaitHello, WaitAuth, WaitAuthOk, Done, Failed };
 
     // A dialer names the node it expects to reach; an acceptor passes 0.
     Handshake(Role role, const LocalIdentity& local, HandshakePolicy& policy,
-              uint16_t expected_peer = 0, std::string peer_address = {});
+              uint16_t expected_peer = 0, std::string peer_address = {}, uint8_t lane = 0);
 
     // Dialer: produce the Hello. Acceptor: nothing to do (returns empty).
     std::vector<HandshakeOutput> start();
@@ -97,8 +98,15 @@ public:
     bool rejected_by_peer() const { return rejected_by_peer_; }
     const std::string& error_text() const { return error_; }
 
-private:
+  private:
     void fail(RejectReason r, std::string text, std::vector<HandshakeOutput>* out);
+    void on_hello(const uint8_t* payload, size_t len, std::vector<HandshakeOutput>* out);
+    void on_hello_reply(const uint8_t* payload, size_t len, std::vector<HandshakeOutput>* out);
+    void on_auth(const uint8_t* payload, size_t len, std::vector<HandshakeOutput>* out);
+    void on_auth_ok(size_t len, std::vector<HandshakeOutput>* out);
+    void on_reject(const uint8_t* payload, size_t len, std::vector<HandshakeOutput>* out);
+    // How error texts name the other side, as far as it is known in this state.
+    std::string peer_name() const;
 
     Role role_;
     const LocalIdentity& local_;
@@ -107,6 +115,7 @@ private:
     std::string peer_address_;
     State state_;
     PeerIdentity peer_;
+    PeerIdentity pending_;  // learned from Hello/HelloReply; becomes peer_ on Done
     RejectReason reason_ = RejectReason::None;
     bool rejected_by_peer_ = false;
     std::string error_;

@@ -18,10 +18,12 @@
 namespace pgrac::ic {
 
 // a is after b in serial-number order (RFC 1982, 32-bit).
-inline bool seq_after(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) > 0; }
+inline bool seq_after(uint32_t a, uint32_t b) {
+    return static_cast<int32_t>(a - b) > 0;
+}
 
 class Session {
-public:
+  public:
     struct Limits {
         size_t max_unacked_bytes = 64 << 20;
         size_t max_unacked_msgs = 65536;
@@ -57,7 +59,9 @@ public:
     // Returns the number of unacked frames that were dropped.
     size_t reset();
 
-private:
+  private:
+    friend struct SessionTestAccess;  // unit tests start near 2^32 to cover wraparound
+
     struct Retained {
         uint32_t seq;
         std::vector<uint8_t> frame;

@@ -1,0 +1,166 @@
+// The public C API (include/pgrac_ic/pgrac_ic.h) for backends and workers.
+// Written without C++ objects that have destructors: CHECK_FOR_INTERRUPTS()
+// may longjmp out of the wait loops.
+extern "C" {
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "utils/wait_event.h"
+}
+
+#include <cstring>
+
+#include "guc.hpp"
+#include "ic/atomics.hpp"
+#include "send_path.hpp"
+#include "shmem.hpp"
+
+using namespace pgrac::ic;
+
+namespace {
+
+const char* const kStatusText[PGRAC_IC_STATUS_COUNT] = {
+    "ok",
+    "timed out waiting for the reply",
+    "unknown node (not in cluster.nodes)",
+    "peer unreachable",
+    "send queue full",
+    "message too large",
+    "peer restarted while the request was in flight",
+    "no handler for the message type on the peer",
+    "the peer's handler raised an error",
+    "reply larger than the buffer",
+    "the interconnect listener is not running",
+    "invalid argument",
+    "the peer asked to back off",
+};
+
+// Disarms the caller's slot after a timeout or an early failure. If the
+// listener is filling it right now, waits the few instructions that takes.
+void disarm(ReplySlot* slot) {
+    for (;;) {
+        uint32_t expected = static_cast<uint32_t>(SlotState::Waiting);
+        if (compare_exchange(&slot->state, &expected, static_cast<uint32_t>(SlotState::Idle)))
+            return;
+        if (expected == static_cast<uint32_t>(SlotState::Done) ||
+            expected == static_cast<uint32_t>(SlotState::Idle)) {
+            store_release(&slot->state, static_cast<uint32_t>(SlotState::Idle));
+            return;
+        }
+        __builtin_ia32_pause();
+    }
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* pgrac_ic_strerror(int status) {
+    if (status < 0 || status >= PGRAC_IC_STATUS_COUNT) return "unknown status";
+    return kStatusText[status];
+}
+
+int pgrac_ic_my_node_id(void) { return pgrac_node_id; }
+
+int pgrac_ic_send(int node, uint16_t msg_type, uint32_t route_key, const void* body,
+                  uint32_t len, int flags, int timeout_ms) {
+    if (msg_type == 0 || msg_type > PGRAC_IC_MAX_MSG_TYPE || (len > 0 && body == nullptr))
+        return PGRAC_IC_BAD_ARGUMENT;
+    IcShared* shm = pgrac::glue::shared();
+    MessageHeader mh;
+    mh.msg_type = msg_type;
+    mh.route_key = route_key;
+    mh.epoch = shm ? load_relaxed(&shm->epoch) : 0;
+    const uint16_t fflags = (flags & PGRAC_IC_CONTROL) ? kFlagControlLane : 0;
+    return pgrac::glue::enqueue_message(node, fflags, mh, body, len, flags, timeout_ms);
+}
+
+int pgrac_ic_broadcast(uint16_t msg_type, uint32_t route_key, const void* body, uint32_t len,
+                       int flags, int timeout_ms) {
+    int first_failure = PGRAC_IC_OK;
+    for (const NodeAddress& n : pgrac::glue::configured_nodes()) {
+        if (n.node_id == pgrac_node_id) continue;
+        int rc = pgrac_ic_send(n.node_id, msg_type, route_key, body, len, flags, timeout_ms);
+        if (rc != PGRAC_IC_OK && first_failure == PGRAC_IC_OK) first_failure = rc;
+    }
+    return first_failure;
+}
+
+int pgrac_ic_rpc(int node, uint16_t msg_type, uint32_t route_key, const void* body, uint32_t len,
+                 void* reply_buf, uint32_t reply_cap, uint32_t* reply_len, int flags,
+                 int timeout_ms) {
+    IcShared* shm = pgrac::glue::shared();
+    if (shm == nullptr || MyProc == nullptr) return PGRAC_IC_NOT_RUNNING;
+    if (msg_type == 0 || msg_type > PGRAC_IC_MAX_MSG_TYPE || (len > 0 && body == nullptr) ||
+        (reply_cap > 0 && reply_buf == nullptr))
+        return PGRAC_IC_BAD_ARGUMENT;
+    if (timeout_ms < 0) timeout_ms = pgrac_rpc_timeout_ms;
+    const uint32_t procno = static_cast<uint32_t>(MyProc->pgprocno);
+    ReplySlot* slot = reply_slot(shm, procno);
+    if (slot == nullptr) return PGRAC_IC_NOT_RUNNING;
+
+    // A previous RPC interrupted by a cancel may have left the slot armed.
+    disarm(slot);
+    const uint32_t gen = slot->generation + 1;
+    slot->generation = gen;
+    const uint64_t rpc_id = make_rpc_id(procno, gen);
+    store_release(&slot->rpc_id, rpc_id);
+    store_release(&slot->state, static_cast<uint32_t>(SlotState::Waiting));
+
+    MessageHeader mh;
+    mh.msg_type = msg_type;
+    mh.route_key = route_key;
+    mh.rpc_id = rpc_id;
+    mh.epoch = load_relaxed(&shm->epoch);
+    const uint64_t start = monotonic_ns();
+    const uint64_t deadline = start + static_cast<uint64_t>(timeout_ms) * 1000000ull;
+    const uint16_t fflags =
+        kFlagRpcRequest | ((flags & PGRAC_IC_CONTROL) ? kFlagControlLane : 0);
+    int rc = pgrac::glue::enqueue_message(node, fflags, mh, body, len, flags, timeout_ms);
+    if (rc != PGRAC_IC_OK) {
+        disarm(slot);
+        return rc;
+    }
+
+    for (;;) {
+        ResetLatch(MyLatch);
+        if (load_acquire(&slot->state) == static_cast<uint32_t>(SlotState::Done)) break;
+        const uint64_t now = monotonic_ns();
+        if (now >= deadline) {
+            disarm(slot);
+            if (load_acquire(&slot->state) == static_cast<uint32_t>(SlotState::Done)) break;
+            char text[128];
+            snprintf(text, sizeof text, "RPC (message type %u) to node %d timed out after %d ms",
+                     msg_type, node, timeout_ms);
+            shm->errors.add(ErrorType::RpcTimeout, Severity::Warning, node, unix_time_us(), text);
+            return PGRAC_IC_TIMEOUT;
+        }
+        const long wait_ms = static_cast<long>((deadline - now + 999999) / 1000000);
+        (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, wait_ms,
+                        PG_WAIT_EXTENSION);
+        CHECK_FOR_INTERRUPTS();
+    }
+
+    // Done: the slot is ours until we set it Idle.
+    rc = static_cast<int>(slot->status);
+    uint32_t n = slot->len;
+    if (n > reply_cap) {
+        rc = (rc == PGRAC_IC_OK) ? PGRAC_IC_REPLY_TOO_BIG : rc;
+        n = reply_cap;
+    }
+    if (n > 0) std::memcpy(reply_buf, slot->data, n);
+    if (reply_len != nullptr) *reply_len = n;
+    store_release(&slot->state, static_cast<uint32_t>(SlotState::Idle));
+    if (rc == PGRAC_IC_OK) {
+        const uint64_t elapsed = monotonic_ns() - start;
+        if (PeerShared* p = peer_shared(shm, static_cast<uint32_t>(node)))
+            p->rpc_latency.record(elapsed);
+        shm->total_latency.record(elapsed);
+    }
+    return rc;
+}
+
+}  // extern "C"

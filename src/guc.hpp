@@ -1,0 +1,34 @@
+// The cluster.* settings. Registered once, in _PG_init.
+#pragma once
+
+extern "C" {
+extern int pgrac_tier_requested;  // pgrac::ic::Tier
+extern bool pgrac_interconnect_strict;
+extern char* pgrac_cluster_name;
+extern int pgrac_node_id;
+extern char* pgrac_nodes;
+extern char* pgrac_auth_key_file;
+extern int pgrac_lms_workers;
+extern int pgrac_heartbeat_interval_ms;
+extern int pgrac_peer_timeout_ms;
+extern int pgrac_rpc_timeout_ms;
+extern int pgrac_tcp_paths;
+extern int pgrac_send_queue_max_kb;
+extern int pgrac_send_queue_max_messages;
+extern char* pgrac_rdma_device;
+extern int pgrac_rdma_gid_index;
+extern int pgrac_rdma_hugepage_size;  // enum: 0 none, 1 2MB, 2 1GB
+extern int pgrac_rdma_cq_depth;
+extern int pgrac_rdma_use_xrc;  // enum: 0 auto, 1 on, 2 off
+extern bool pgrac_rdma_numa_auto_bind;
+}
+
+namespace pgrac::glue {
+
+void define_settings();
+// Checks that need several settings at once; ereport(FATAL)s at postmaster start.
+void check_settings_together();
+const char* hugepage_size_name(int v);
+const char* xrc_mode_name(int v);
+
+}  // namespace pgrac::glue

@@ -1,0 +1,270 @@
+// Engine: message routing between the shared-memory rings and the sessions.
+#include "ic/engine.hpp"
+
+#include <cstring>
+
+#include "ic/atomics.hpp"
+
+namespace pgrac::ic {
+
+namespace {
+
+constexpr int kOutboundBudget = 4096;  // ring records per run_once, for fairness
+constexpr size_t kOverflowLimitBytes = 256u << 20;
+
+int64_t now_us() { return static_cast<int64_t>(monotonic_ns() / 1000); }
+
+}  // namespace
+
+Engine::Engine(EngineConfig config, IcShared* shm, EngineHost& host, const TransportFactory& make)
+    : cfg_(std::move(config)), shm_(shm), host_(host) {
+    transport_ = make(*this);
+    peer_index_.assign(kMaxNodes + 1, -1);
+    const uint16_t me = cfg_.identity.node_id;
+    const int lanes = 1 + cfg_.bulk_lanes;
+    for (const NodeAddress& n : cfg_.nodes) {
+        PeerShared* ps = &shm_->peers[n.node_id - 1];
+        if (n.node_id == me) continue;
+        Peer p;
+        p.addr = n;
+        p.shm = ps;
+        p.dialer = me < n.node_id;
+        for (int i = 0; i < lanes; i++) p.lanes.emplace_back(Lane{0, false, false, false,
+                                                                  Session(cfg_.session_limits)});
+        peer_index_[n.node_id] = static_cast<int>(peers_.size());
+        peers_.push_back(std::move(p));
+    }
+    overflow_.resize(shm_->n_lms);
+}
+
+Engine::~Engine() = default;
+
+const char* Engine::transport_name() const { return transport_->name(); }
+
+int Engine::wait_fd() const { return transport_->wait_fd(); }
+
+int Engine::next_timeout_ms() const {
+    if (overflow_bytes_ > 0) return 1;
+    int64_t delta = next_timer_us_ - now_us();
+    if (delta <= 0) return 0;
+    return static_cast<int>((delta + 999) / 1000);
+}
+
+void Engine::run_once() {
+    transport_->poll(0);
+    drain_overflow();
+    drain_outbound();
+    run_timers(now_us());
+    for (uint32_t w = 0; lms_to_wake_ != 0 && w < shm_->n_lms; w++) {
+        if (lms_to_wake_ & (1u << w)) host_.wake_lms(w);
+    }
+    lms_to_wake_ = 0;
+}
+
+Engine::Peer* Engine::peer_by_node(uint16_t node) {
+    if (node > kMaxNodes || peer_index_[node] < 0) return nullptr;
+    return &peers_[peer_index_[node]];
+}
+
+void Engine::release_queued(uint16_t node, uint64_t msgs, uint64_t bytes) {
+    if (node < 1 || node > kMaxNodes) return;
+    PeerShared& ps = shm_->peers[node - 1];
+    __atomic_fetch_sub(&ps.queued_msgs, msgs, __ATOMIC_RELAXED);
+    __atomic_fetch_sub(&ps.queued_bytes, bytes, __ATOMIC_RELAXED);
+}
+
+// ---- outbound: backends and LMS workers -> peers
+
+void Engine::drain_outbound() {
+    ShmRing ring = outbound_ring(shm_);
+    const uint8_t* rec;
+    size_t len;
+    for (int budget = kOutboundBudget; budget > 0 && ring.peek(&rec, &len); budget--) {
+        RingPrefix pre;
+        std::memcpy(&pre, rec, sizeof pre);
+        if (len >= sizeof pre + kMessageHeaderSize && pre.payload_len == len - sizeof pre) {
+            route_outbound(pre.node, pre.flags, rec + sizeof pre, pre.payload_len);
+        } else {
+            report(ErrorType::Internal, Severity::Error, -1, "malformed record in outbound ring");
+        }
+        ring.pop();
+    }
+}
+
+void Engine::route_outbound(uint16_t node, uint16_t flags, const uint8_t* payload, uint32_t len) {
+    MessageHeader mh;
+    decode_message_header(payload, len, &mh);
+    const uint64_t frame_bytes = kFrameHeaderSize + len;
+    if (node == cfg_.identity.node_id) {
+        release_queued(node, 1, frame_bytes);
+        deliver_local(node, flags, payload, len);
+        return;
+    }
+    Peer* p = peer_by_node(node);
+    if (p == nullptr) {
+        release_queued(node, 1, frame_bytes);
+        if (flags & kFlagRpcRequest) fail_rpc(mh.rpc_id, PGRAC_IC_UNKNOWN_NODE);
+        report(ErrorType::UnknownNode, Severity::Warning, node,
+               "message for node " + std::to_string(node) + " dropped: not in cluster.nodes");
+        return;
+    }
+    if ((flags & kFlagRpcRequest) && (p->state == PeerState::Down || p->state == PeerState::Error)) {
+        release_queued(node, 1, frame_bytes);
+        fail_rpc(mh.rpc_id, PGRAC_IC_UNREACHABLE);
+        return;
+    }
+    send_message(*p, choose_lane(*p, flags, mh.route_key), flags, payload, len);
+    if (flags & kFlagRpcRequest) {
+        outstanding_[rpc_slot(mh.rpc_id)] = Outstanding{mh.rpc_id, node};
+        count(&p->shm->rpcs_sent);
+    }
+}
+
+int Engine::choose_lane(const Peer& p, uint16_t flags, uint32_t route_key) const {
+    const int bulk = static_cast<int>(p.lanes.size()) - 1;
+    if (bulk == 0 || (flags & kFlagControlLane)) return 0;
+    return 1 + static_cast<int>(route_key % static_cast<uint32_t>(bulk));
+}
+
+void Engine::send_message(Peer& p, int lane, uint16_t flags, const uint8_t* payload,
+                          uint32_t len) {
+    Lane& l = p.lanes[lane];
+    FrameHeader h;
+    h.type = FrameType::Message;
+    h.flags = flags & kKnownFrameFlags;
+    h.src_node = cfg_.identity.node_id;
+    h.payload_len = len;
+    h.seq = l.session.next_seq();
+    h.ack = l.session.last_received();
+    std::vector<uint8_t> frame(kFrameHeaderSize + len);
+    encode_frame_header(h, payload, frame.data());
+    std::memcpy(frame.data() + kFrameHeaderSize, payload, len);
+    if (l.up) {
+        iovec iov{frame.data(), frame.size()};
+        if (transport_->send(l.conn, &iov, 1)) {
+            l.session.ack_sent(h.ack);
+        } else {
+            close_conn(l.conn);
+        }
+    }
+    count(&p.shm->msgs_sent);
+    count<uint64_t>(&p.shm->bytes_sent, frame.size());
+    l.session.retain(h.seq, std::move(frame));
+    count(&p.shm->unacked_msgs);
+}
+
+// ---- inbound: wire -> LMS inboxes and reply slots
+
+void Engine::on_message(Peer& p, int lane, tiers::ConnId conn, const FrameHeader& h,
+                        const uint8_t* payload) {
+    Lane& l = p.lanes[lane];
+    switch (l.session.on_receive(h.seq)) {
+        case Session::Receive::Duplicate:
+            count(&p.shm->duplicates_dropped);
+            return;
+        case Session::Receive::Gap:
+            report(ErrorType::MalformedFrame, Severity::Error, p.addr.node_id,
+                   "sequence gap from node " + std::to_string(p.addr.node_id) + " (got " +
+                       std::to_string(h.seq) + " after " +
+                       std::to_string(l.session.last_received()) + "); reconnecting");
+            close_conn(conn);
+            return;
+        case Session::Receive::Deliver:
+            break;
+    }
+    if (l.ack_due_since_us == 0) l.ack_due_since_us = now_us();
+    count(&p.shm->msgs_recv);
+    count<uint64_t>(&p.shm->bytes_recv, kFrameHeaderSize + h.payload_len);
+    MessageHeader mh;
+    decode_message_header(payload, h.payload_len, &mh);
+    store_relaxed(&p.shm->epoch_seen, mh.epoch);
+    if (h.flags & kFlagRpcReply) {
+        deliver_reply(mh.rpc_id, mh.status, payload + kMessageHeaderSize,
+                      h.payload_len - static_cast<uint32_t>(kMessageHeaderSize));
+    } else {
+        if (h.flags & kFlagRpcRequest) count(&p.shm->rpcs_served);
+        deliver_to_lms(p.addr.node_id, h.flags, payload, h.payload_len);
+    }
+}
+
+void Engine::deliver_local(uint16_t src, uint16_t flags, const uint8_t* payload, uint32_t len) {
+    if (flags & kFlagRpcReply) {
+        MessageHeader mh;
+        decode_message_header(payload, len, &mh);
+        deliver_reply(mh.rpc_id, mh.status, payload + kMessageHeaderSize,
+                      len - static_cast<uint32_t>(kMessageHeaderSize));
+    } else {
+        deliver_to_lms(src, flags, payload, len);
+    }
+}
+
+void Engine::deliver_reply(uint64_t rpc_id, uint32_t status, const uint8_t* body, uint32_t len) {
+    const uint32_t slot_no = rpc_slot(rpc_id);
+    auto it = outstanding_.find(slot_no);
+    if (it != outstanding_.end() && it->second.rpc_id == rpc_id) outstanding_.erase(it);
+    ReplySlot* slot = reply_slot(shm_, slot_no);
+    if (slot != nullptr && complete_slot(slot, rpc_id, status, body, len))
+        host_.wake_process(slot_no);
+}
+
+void Engine::fail_rpc(uint64_t rpc_id, uint32_t status) { deliver_reply(rpc_id, status, nullptr, 0); }
+
+void Engine::fail_outstanding(uint16_t node, uint32_t status) {
+    std::vector<uint64_t> ids;
+    for (const auto& [slot, o] : outstanding_)
+        if (o.node == node) ids.push_back(o.rpc_id);
+    for (uint64_t id : ids) fail_rpc(id, status);
+}
+
+void Engine::deliver_to_lms(uint16_t src, uint16_t flags, const uint8_t* payload, uint32_t len) {
+    MessageHeader mh;
+    decode_message_header(payload, len, &mh);
+    const uint32_t w = mh.route_key % shm_->n_lms;
+    RingPrefix pre{src, flags, len};
+    if (overflow_[w].empty()) {
+        iovec iov[2] = {{&pre, sizeof pre}, {const_cast<uint8_t*>(payload), len}};
+        if (inbox_ring(shm_, w).push(iov, 2) == ShmRing::Push::Ok) {
+            lms_to_wake_ |= 1u << w;
+            return;
+        }
+        report(ErrorType::InboxFull, Severity::Warning, src,
+               "LMS worker " + std::to_string(w) + " inbox full; holding messages in the listener");
+    }
+    if (overflow_bytes_ + len > kOverflowLimitBytes) {
+        // Past this the listener would grow without bound: drop the message and
+        // fail the requester rather than take the instance down.
+        report(ErrorType::InboxFull, Severity::Error, src,
+               "message from node " + std::to_string(src) + " dropped: LMS backlog over " +
+                   std::to_string(kOverflowLimitBytes >> 20) + " MB");
+        return;
+    }
+    std::vector<uint8_t> rec(sizeof pre + len);
+    std::memcpy(rec.data(), &pre, sizeof pre);
+    std::memcpy(rec.data() + sizeof pre, payload, len);
+    overflow_bytes_ += rec.size();
+    overflow_[w].push_back(std::move(rec));
+    lms_to_wake_ |= 1u << w;
+}
+
+void Engine::drain_overflow() {
+    for (uint32_t w = 0; overflow_bytes_ > 0 && w < overflow_.size(); w++) {
+        ShmRing ring = inbox_ring(shm_, w);
+        auto& q = overflow_[w];
+        while (!q.empty() && ring.push(q.front().data(), q.front().size()) == ShmRing::Push::Ok) {
+            overflow_bytes_ -= q.front().size();
+            q.pop_front();
+            lms_to_wake_ |= 1u << w;
+        }
+    }
+}
+
+void Engine::report(ErrorType type, Severity sev, int peer_node, const std::string& text) {
+    shm_->errors.add(type, sev, peer_node, unix_time_us(), text.c_str());
+    if (peer_node >= 1 && peer_node <= kMaxNodes) {
+        PeerShared& ps = shm_->peers[peer_node - 1];
+        std::strncpy(ps.last_error, text.c_str(), sizeof ps.last_error - 1);
+    }
+    host_.log(sev, text);
+}
+
+}  // namespace pgrac::ic

@@ -1,0 +1,178 @@
+// The engine: everything the IC Listener does, independent of PostgreSQL and of
+// the tier. It owns the transport, one session per (peer, lane), the
+// handshakes, heartbeats and peer liveness, and routes messages between the
+// shared-memory rings and the wire:
+//
+//   outbound ring (backends, LMS) --> local delivery | session -> transport
+//   transport -> session -> LMS inbox ring (requests) | reply slot (replies)
+//
+// Single-threaded: the owner calls run_once() whenever wait_fd() is readable,
+// its process latch is set, or next_timeout_ms() has passed.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ic/handshake.hpp"
+#include "ic/node_list.hpp"
+#include "ic/session.hpp"
+#include "ic/shared_state.hpp"
+#include "tiers/transport.hpp"
+
+namespace pgrac::ic {
+
+struct EngineConfig {
+    LocalIdentity identity;          // our node id, cluster, system id, incarnation, key
+    std::vector<NodeAddress> nodes;  // every node of the cluster, us included
+    int bulk_lanes = 1;              // cluster.tcp_paths: lanes besides the control lane
+    int heartbeat_interval_ms = 1000;
+    int peer_timeout_ms = 10000;
+    Session::Limits session_limits;
+    int64_t ack_delay_us = 2000;  // longest a standalone ack waits for a piggyback
+};
+
+// What the engine needs from the process that runs it.
+class EngineHost {
+public:
+    virtual ~EngineHost() = default;
+    // Wake the process that owns reply slot `procno` (its RPC completed).
+    virtual void wake_process(uint32_t procno) = 0;
+    // Wake LMS worker `worker` (its inbox has work).
+    virtual void wake_lms(uint32_t worker) = 0;
+    // A log line; the host emits it outside the engine's frames.
+    virtual void log(Severity severity, const std::string& message) = 0;
+    // The peer is gone (DOWN or restarted): upper layers drop its state.
+    virtual void on_peer_lost(uint16_t node_id) { (void)node_id; }
+};
+
+using TransportFactory =
+    std::function<std::unique_ptr<tiers::Transport>(tiers::TransportHandler&)>;
+
+class Engine final : public tiers::TransportHandler, public HandshakePolicy {
+public:
+    Engine(EngineConfig config, IcShared* shm, EngineHost& host, const TransportFactory& make);
+    ~Engine() override;
+    Engine(const Engine&) = delete;
+    Engine& operator=(const Engine&) = delete;
+
+    // Listens on our own address and marks the listener ready.
+    bool start(std::string* error);
+    int wait_fd() const;
+    // Milliseconds until the next timer is due (0 if work is pending).
+    int next_timeout_ms() const;
+    // Does all ready work without blocking.
+    void run_once();
+    // Tells peers we are going away and closes every connection.
+    void shutdown();
+    const char* transport_name() const;
+    // New heartbeat and timeout settings (configuration reload).
+    void set_timing(int heartbeat_interval_ms, int peer_timeout_ms) {
+        cfg_.heartbeat_interval_ms = heartbeat_interval_ms;
+        cfg_.peer_timeout_ms = peer_timeout_ms;
+    }
+
+    // tiers::TransportHandler
+    void on_connected(tiers::ConnId conn, bool ok, const std::string& error) override;
+    void on_accepted(tiers::ConnId conn, const std::string& peer_host) override;
+    void on_frame(tiers::ConnId conn, const FrameHeader& h, const uint8_t* payload) override;
+    void on_closed(tiers::ConnId conn, const std::string& reason, FrameError err) override;
+
+    // HandshakePolicy
+    RejectReason check_peer(uint16_t node_id, const std::string& peer_address) override;
+    uint32_t last_seq_received(uint16_t node_id, uint8_t lane) override;
+
+private:
+    struct Lane {
+        tiers::ConnId conn = 0;
+        bool up = false;
+        bool ever_up = false;
+        bool failure_logged = false;
+        Session session;
+        int64_t next_dial_us = 0;
+        int backoff_ms = 0;
+        int64_t ack_due_since_us = 0;
+    };
+    struct Peer {
+        NodeAddress addr;
+        std::vector<std::string> numeric_hosts;  // addresses it may connect from
+        PeerShared* shm = nullptr;
+        std::vector<Lane> lanes;
+        bool dialer = false;  // we dial lower -> higher node id
+        PeerState state = PeerState::Down;
+        uint64_t incarnation = 0;
+        int64_t last_heard_us = 0;
+        int64_t next_heartbeat_us = 0;
+    };
+    struct Conn {
+        int peer = -1;  // index into peers_ once known
+        uint8_t lane = 0;
+        bool dialer = false;
+        bool established = false;
+        bool connected = false;  // transport-level connect finished
+        std::string peer_host;
+        std::unique_ptr<Handshake> handshake;
+        int64_t deadline_us = 0;
+    };
+    struct Outstanding {
+        uint64_t rpc_id;
+        uint16_t node;
+    };
+
+    // routing (engine.cpp)
+    void drain_outbound();
+    void route_outbound(uint16_t node, uint16_t flags, const uint8_t* payload, uint32_t len);
+    void send_message(Peer& p, int lane, uint16_t flags, const uint8_t* payload, uint32_t len);
+    void on_message(Peer& p, int lane, tiers::ConnId conn, const FrameHeader& h,
+                    const uint8_t* payload);
+    void deliver_local(uint16_t src, uint16_t flags, const uint8_t* payload, uint32_t len);
+    void deliver_reply(uint64_t rpc_id, uint32_t status, const uint8_t* body, uint32_t len);
+    void deliver_to_lms(uint16_t src, uint16_t flags, const uint8_t* payload, uint32_t len);
+    void drain_overflow();
+    void fail_rpc(uint64_t rpc_id, uint32_t status);
+    void fail_outstanding(uint16_t node, uint32_t status);
+    int choose_lane(const Peer& p, uint16_t flags, uint32_t route_key) const;
+    void release_queued(uint16_t node, uint64_t msgs, uint64_t bytes);
+
+    // connections and liveness (engine_links.cpp)
+    void run_timers(int64_t now_us);
+    void dial(Peer& p, int lane, int64_t now_us);
+    void schedule_redial(Lane& l, int64_t now_us);
+    void establish(tiers::ConnId id, Conn& c);
+    void handshake_frame(tiers::ConnId id, Conn& c, const FrameHeader& h, const uint8_t* payload);
+    void send_handshake(tiers::ConnId id, const std::vector<HandshakeOutput>& out);
+    void handshake_failed(tiers::ConnId id, Conn& c);
+    void send_control(tiers::ConnId conn, Lane* lane, FrameType type, uint16_t flags,
+                      const uint8_t* payload, uint32_t len);
+    void send_heartbeat(Peer& p, uint8_t kind, uint64_t ts_ns);
+    void on_heartbeat(Peer& p, const FrameHeader& h, const uint8_t* payload);
+    void on_ack(Peer& p, Lane& l, uint32_t ack);
+    void flush_acks(int64_t now_us);
+    void declare_down(Peer& p, const std::string& why);
+    void reset_peer(Peer& p, uint64_t new_incarnation);
+    void update_state(Peer& p);
+    void set_state(Peer& p, PeerState s);
+    void close_conn(tiers::ConnId id);
+    void report(ErrorType type, Severity sev, int peer_node, const std::string& text);
+    Peer* peer_by_node(uint16_t node);
+
+    EngineConfig cfg_;
+    IcShared* shm_;
+    EngineHost& host_;
+    std::unique_ptr<tiers::Transport> transport_;
+    std::vector<Peer> peers_;
+    std::vector<int> peer_index_;  // node id -> index in peers_, or -1
+    std::unordered_map<tiers::ConnId, Conn> conns_;
+    std::unordered_map<uint32_t, Outstanding> outstanding_;  // by reply slot
+    std::vector<std::deque<std::vector<uint8_t>>> overflow_;  // per LMS worker
+    size_t overflow_bytes_ = 0;
+    uint32_t lms_to_wake_ = 0;  // bitmask
+    int64_t next_timer_us_ = 0;
+    bool shutting_down_ = false;
+};
+
+}  // namespace pgrac::ic

@@ -1,0 +1,537 @@
+// Engine: connections, handshakes, heartbeats, acks and peer liveness.
+#include <netdb.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "ic/atomics.hpp"
+#include "ic/engine.hpp"
+
+namespace pgrac::ic {
+
+namespace {
+
+constexpr int kMinBackoffMs = 20;
+constexpr int kMaxBackoffMs = 1000;
+constexpr size_t kHeartbeatSize = 16;  // u8 kind, 3 pad, u32 epoch, u64 timestamp
+constexpr uint8_t kHeartbeatPing = 0;
+constexpr uint8_t kHeartbeatPong = 1;
+
+int64_t now_us() { return static_cast<int64_t>(monotonic_ns() / 1000); }
+
+// Numeric forms of a configured host, to check where a peer connects from.
+std::vector<std::string> resolve_numeric(const std::string& host) {
+    std::vector<std::string> out;
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* res = nullptr;
+    if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return out;
+    for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+        char buf[NI_MAXHOST];
+        if (getnameinfo(ai->ai_addr, ai->ai_addrlen, buf, sizeof buf, nullptr, 0,
+                        NI_NUMERICHOST) == 0)
+            out.emplace_back(buf);
+    }
+    freeaddrinfo(res);
+    return out;
+}
+
+std::string strip_v4_mapped(const std::string& a) {
+    return a.rfind("::ffff:", 0) == 0 && a.find('.') != std::string::npos ? a.substr(7) : a;
+}
+
+ErrorType error_type_for(RejectReason r) {
+    switch (r) {
+        case RejectReason::VersionMismatch: return ErrorType::VersionMismatch;
+        case RejectReason::ClusterMismatch: return ErrorType::ClusterMismatch;
+        case RejectReason::SystemMismatch: return ErrorType::SystemMismatch;
+        case RejectReason::UnknownNode:
+        case RejectReason::SelfConnect: return ErrorType::UnknownNode;
+        case RejectReason::AddressMismatch: return ErrorType::AddressMismatch;
+        case RejectReason::WrongKey: return ErrorType::WrongKey;
+        case RejectReason::ShuttingDown: return ErrorType::PeerDown;
+        default: return ErrorType::HandshakeFailed;
+    }
+}
+
+}  // namespace
+
+bool Engine::start(std::string* error) {
+    const NodeAddress* me = find_node(cfg_.nodes, cfg_.identity.node_id);
+    if (me == nullptr) {
+        *error = "cluster.node_id " + std::to_string(cfg_.identity.node_id) +
+                 " is not listed in cluster.nodes";
+        return false;
+    }
+    for (Peer& p : peers_) {
+        p.numeric_hosts = resolve_numeric(p.addr.host);
+        for (auto& h : p.numeric_hosts) h = strip_v4_mapped(h);
+    }
+    if (!transport_->listen(me->host, me->port, error)) return false;
+    const int64_t t = unix_time_us();
+    for (const NodeAddress& n : cfg_.nodes) {
+        PeerShared& ps = shm_->peers[n.node_id - 1];
+        if (n.node_id == cfg_.identity.node_id) {
+            store_relaxed(&ps.state, static_cast<uint32_t>(PeerState::Up));
+            ps.incarnation = cfg_.identity.incarnation;
+        } else {
+            store_relaxed(&ps.state, static_cast<uint32_t>(PeerState::Down));
+            ps.lanes_total = static_cast<uint32_t>(1 + cfg_.bulk_lanes);
+        }
+        ps.state_since_us = t;
+    }
+    store_release(&shm_->listener_ready, 1u);
+    next_timer_us_ = now_us();
+    return true;
+}
+
+void Engine::shutdown() {
+    shutting_down_ = true;
+    store_release(&shm_->listener_ready, 0u);
+    std::vector<tiers::ConnId> ids;
+    for (auto& [id, c] : conns_) ids.push_back(id);
+    for (auto id : ids) close_conn(id);
+    for (Peer& p : peers_) {
+        fail_outstanding(p.addr.node_id, PGRAC_IC_NOT_RUNNING);
+        set_state(p, PeerState::Disconnecting);
+    }
+    transport_->poll(0);
+}
+
+// ---- timers
+
+void Engine::run_timers(int64_t now) {
+    int64_t next = now + 1000 * cfg_.heartbeat_interval_ms;
+    for (Peer& p : peers_) {
+        for (size_t i = 0; i < p.lanes.size(); i++) {
+            Lane& l = p.lanes[i];
+            if (p.dialer && l.conn == 0 && !shutting_down_) {
+                if (now >= l.next_dial_us) dial(p, static_cast<int>(i), now);
+                if (l.conn == 0) next = std::min(next, l.next_dial_us);
+            }
+        }
+        if (p.state == PeerState::Up && now >= p.next_heartbeat_us) {
+            send_heartbeat(p, kHeartbeatPing, monotonic_ns());
+            p.next_heartbeat_us = now + 1000 * cfg_.heartbeat_interval_ms;
+        }
+        if (p.state == PeerState::Up) next = std::min(next, p.next_heartbeat_us);
+        if ((p.state == PeerState::Up || p.state == PeerState::Connecting)) {
+            const int64_t deadline = p.last_heard_us + 1000 * cfg_.peer_timeout_ms;
+            if (now >= deadline)
+                declare_down(p, "no message for " + std::to_string(cfg_.peer_timeout_ms) +
+                                    " ms (cluster.peer_timeout)");
+            else
+                next = std::min(next, deadline);
+        }
+    }
+    std::vector<tiers::ConnId> expired;
+    for (auto& [id, c] : conns_) {
+        if (c.established) continue;
+        if (now >= c.deadline_us)
+            expired.push_back(id);
+        else
+            next = std::min(next, c.deadline_us);
+    }
+    for (auto id : expired) {
+        Conn& c = conns_[id];
+        std::string who = c.peer >= 0 ? "node " + std::to_string(peers_[c.peer].addr.node_id)
+                                      : "address " + c.peer_host;
+        report(ErrorType::HandshakeFailed, Severity::Warning,
+               c.peer >= 0 ? peers_[c.peer].addr.node_id : -1,
+               "handshake with " + who + " timed out after " +
+                   std::to_string(cfg_.peer_timeout_ms) + " ms");
+        close_conn(id);
+    }
+    flush_acks(now);
+    for (const Peer& p : peers_)
+        for (const Lane& l : p.lanes)
+            if (l.ack_due_since_us != 0) next = std::min(next, l.ack_due_since_us + cfg_.ack_delay_us);
+    next_timer_us_ = next;
+}
+
+void Engine::dial(Peer& p, int lane, int64_t now) {
+    std::string err;
+    tiers::ConnId id = transport_->connect(p.addr.host, p.addr.port, &err);
+    Lane& l = p.lanes[lane];
+    if (id == 0) {
+        if (!l.failure_logged) {
+            report(ErrorType::ConnectFailed, Severity::Warning, p.addr.node_id,
+                   "cannot connect to node " + std::to_string(p.addr.node_id) + " at " +
+                       p.addr.host + ":" + std::to_string(p.addr.port) + ": " + err);
+            l.failure_logged = true;
+        }
+        schedule_redial(l, now);
+        return;
+    }
+    Conn c;
+    c.peer = static_cast<int>(&p - peers_.data());
+    c.lane = static_cast<uint8_t>(lane);
+    c.dialer = true;
+    c.peer_host = p.addr.host;
+    c.handshake = std::make_unique<Handshake>(Handshake::Role::Dialer, cfg_.identity, *this,
+                                              p.addr.node_id, p.addr.host, c.lane);
+    c.deadline_us = now + 1000 * cfg_.peer_timeout_ms;
+    conns_.emplace(id, std::move(c));
+    l.conn = id;
+}
+
+void Engine::schedule_redial(Lane& l, int64_t now) {
+    l.backoff_ms = std::clamp(l.backoff_ms * 2, kMinBackoffMs,
+                              std::min(kMaxBackoffMs, std::max(kMinBackoffMs, cfg_.heartbeat_interval_ms)));
+    l.next_dial_us = now + 1000 * l.backoff_ms;
+}
+
+// ---- transport callbacks
+
+void Engine::on_connected(tiers::ConnId id, bool ok, const std::string& error) {
+    auto it = conns_.find(id);
+    if (it == conns_.end()) return;
+    Conn& c = it->second;
+    Peer& p = peers_[c.peer];
+    Lane& l = p.lanes[c.lane];
+    if (!ok) {
+        if (!l.failure_logged) {
+            report(ErrorType::ConnectFailed, Severity::Warning, p.addr.node_id,
+                   "cannot connect to node " + std::to_string(p.addr.node_id) + " at " +
+                       p.addr.host + ":" + std::to_string(p.addr.port) + ": " + error);
+            l.failure_logged = true;
+        }
+        // The transport reports a failed connect only here (no on_closed):
+        // forget the attempt and dial again after the backoff.
+        conns_.erase(it);
+        if (l.conn == id) {
+            l.conn = 0;
+            l.up = false;
+            schedule_redial(l, now_us());
+            next_timer_us_ = std::min(next_timer_us_, l.next_dial_us);
+        }
+        update_state(p);
+        return;
+    }
+    c.connected = true;
+    send_handshake(id, c.handshake->start());
+}
+
+void Engine::on_accepted(tiers::ConnId id, const std::string& peer_host) {
+    Conn c;
+    c.peer_host = strip_v4_mapped(peer_host);
+    c.handshake = std::make_unique<Handshake>(Handshake::Role::Acceptor, cfg_.identity, *this, 0,
+                                              c.peer_host);
+    c.connected = true;
+    c.deadline_us = now_us() + 1000 * cfg_.peer_timeout_ms;
+    conns_.emplace(id, std::move(c));
+    next_timer_us_ = std::min(next_timer_us_, conns_[id].deadline_us);
+}
+
+void Engine::on_frame(tiers::ConnId id, const FrameHeader& h, const uint8_t* payload) {
+    auto it = conns_.find(id);
+    if (it == conns_.end()) return;
+    Conn& c = it->second;
+    if (!c.established) {
+        handshake_frame(id, c, h, payload);
+        return;
+    }
+    Peer& p = peers_[c.peer];
+    Lane& l = p.lanes[c.lane];
+    if (h.src_node != p.addr.node_id) {
+        report(ErrorType::MalformedFrame, Severity::Error, p.addr.node_id,
+               "frame claims source node " + std::to_string(h.src_node) +
+                   " on the connection of node " + std::to_string(p.addr.node_id));
+        close_conn(id);
+        return;
+    }
+    p.last_heard_us = now_us();
+    store_relaxed(&p.shm->last_heard_us, unix_time_us());
+    on_ack(p, l, h.ack);
+    switch (h.type) {
+        case FrameType::Message:
+            on_message(p, c.lane, id, h, payload);
+            break;
+        case FrameType::Heartbeat:
+            on_heartbeat(p, h, payload);
+            break;
+        case FrameType::Ack:
+            break;
+        case FrameType::Reject:
+            report(ErrorType::PeerDown, Severity::Warning, p.addr.node_id,
+                   "node " + std::to_string(p.addr.node_id) + " closed the session");
+            close_conn(id);
+            break;
+        default:
+            report(ErrorType::MalformedFrame, Severity::Error, p.addr.node_id,
+                   "unexpected frame type " + std::to_string(static_cast<int>(h.type)) +
+                       " from node " + std::to_string(p.addr.node_id) + " after the handshake");
+            close_conn(id);
+    }
+}
+
+void Engine::on_closed(tiers::ConnId id, const std::string& reason, FrameError err) {
+    auto it = conns_.find(id);
+    if (it == conns_.end()) return;
+    Conn c = std::move(it->second);
+    conns_.erase(it);
+    const int node = c.peer >= 0 ? peers_[c.peer].addr.node_id : -1;
+    if (err != FrameError::None) {
+        ErrorType t = err == FrameError::BadChecksum        ? ErrorType::BadChecksum
+                      : err == FrameError::PayloadTooLarge ? ErrorType::OversizedMessage
+                                                           : ErrorType::MalformedFrame;
+        report(t, Severity::Error, node,
+               std::string("dropped connection from ") +
+                   (node > 0 ? "node " + std::to_string(node) : "address " + c.peer_host) + ": " +
+                   frame_error_name(err) + " (" + reason + ")");
+    }
+    if (c.peer < 0) return;
+    Peer& p = peers_[c.peer];
+    Lane& l = p.lanes[c.lane];
+    if (l.conn != id) return;  // an older connection that was replaced
+    const bool was_up = l.up;
+    l.conn = 0;
+    l.up = false;
+    if (was_up && !shutting_down_)
+        host_.log(Severity::Warning, "connection to node " + std::to_string(p.addr.node_id) +
+                                         " lane " + std::to_string(c.lane) + " lost: " + reason);
+    if (p.dialer) schedule_redial(l, now_us());
+    update_state(p);
+}
+
+// ---- handshake
+
+void Engine::handshake_frame(tiers::ConnId id, Conn& c, const FrameHeader& h,
+                             const uint8_t* payload) {
+    if (h.type < FrameType::Hello || h.type > FrameType::Reject) {
+        report(ErrorType::HandshakeFailed, Severity::Error,
+               c.peer >= 0 ? peers_[c.peer].addr.node_id : -1,
+               "frame type " + std::to_string(static_cast<int>(h.type)) + " from " + c.peer_host +
+                   " before authentication; connection dropped");
+        close_conn(id);
+        return;
+    }
+    std::vector<HandshakeOutput> out;
+    c.handshake->on_frame(h.type, payload, h.payload_len, &out);
+    send_handshake(id, out);
+    if (c.handshake->failed()) {
+        handshake_failed(id, c);
+    } else if (c.handshake->done()) {
+        establish(id, c);
+    }
+}
+
+void Engine::send_handshake(tiers::ConnId id, const std::vector<HandshakeOutput>& out) {
+    for (const HandshakeOutput& o : out)
+        send_control(id, nullptr, o.type, 0, o.payload.data(),
+                     static_cast<uint32_t>(o.payload.size()));
+}
+
+void Engine::handshake_failed(tiers::ConnId id, Conn& c) {
+    const Handshake& hs = *c.handshake;
+    int node = c.peer >= 0 ? peers_[c.peer].addr.node_id : -1;
+    if (node < 0 && hs.peer().node_id != 0) node = hs.peer().node_id;
+    report(error_type_for(hs.reject_reason()), Severity::Error, node,
+           (hs.rejected_by_peer() ? "" : "refused connection from " + c.peer_host + ": ") +
+               hs.error_text());
+    if (c.dialer && c.peer >= 0) {
+        Peer& p = peers_[c.peer];
+        if (p.state == PeerState::Down) set_state(p, PeerState::Error);
+        p.lanes[c.lane].backoff_ms = kMaxBackoffMs;
+    }
+    close_conn(id);
+}
+
+void Engine::establish(tiers::ConnId id, Conn& c) {
+    const PeerIdentity& pid = c.handshake->peer();
+    Peer* pp = peer_by_node(pid.node_id);
+    if (pp == nullptr || pid.lane >= pp->lanes.size()) {
+        report(ErrorType::HandshakeFailed, Severity::Error, pid.node_id,
+               "node " + std::to_string(pid.node_id) + " asked for lane " +
+                   std::to_string(pid.lane) + ", which is not configured (cluster.tcp_paths)");
+        close_conn(id);
+        return;
+    }
+    Peer& p = *pp;
+    Lane& l = p.lanes[pid.lane];
+    c.peer = static_cast<int>(pp - peers_.data());
+    c.lane = pid.lane;
+    c.established = true;
+    c.handshake.reset();
+    if (l.conn != 0 && l.conn != id) close_conn(l.conn);  // the peer reconnected
+    if (p.incarnation != 0 && p.incarnation != pid.incarnation) reset_peer(p, pid.incarnation);
+    p.incarnation = pid.incarnation;
+    p.shm->incarnation = pid.incarnation;
+    if (l.ever_up) count(&p.shm->reconnects);
+    l.conn = id;
+    l.up = true;
+    l.ever_up = true;
+    l.failure_logged = false;
+    l.backoff_ms = 0;
+    p.last_heard_us = now_us();
+    // Resend, in order, what the peer has not received.
+    uint64_t resent = 0;
+    for (const std::vector<uint8_t>* f : l.session.resend_after(pid.last_seq_received)) {
+        iovec iov{const_cast<uint8_t*>(f->data()), f->size()};
+        if (!transport_->send(id, &iov, 1)) break;
+        resent++;
+    }
+    if (resent > 0) count(&p.shm->retransmits, resent);
+    on_ack(p, l, pid.last_seq_received);
+    update_state(p);
+}
+
+uint32_t Engine::last_seq_received(uint16_t node_id, uint8_t lane) {
+    Peer* p = peer_by_node(node_id);
+    if (p == nullptr || lane >= p->lanes.size()) return 0;
+    return p->lanes[lane].session.last_received();
+}
+
+RejectReason Engine::check_peer(uint16_t node_id, const std::string& peer_address) {
+    Peer* p = peer_by_node(node_id);
+    if (p == nullptr) return RejectReason::UnknownNode;
+    const std::string addr = strip_v4_mapped(peer_address);
+    for (const std::string& h : p->numeric_hosts)
+        if (h == addr) return RejectReason::None;
+    return RejectReason::AddressMismatch;
+}
+
+// ---- control frames, heartbeats, acks
+
+void Engine::send_control(tiers::ConnId conn, Lane* lane, FrameType type, uint16_t flags,
+                          const uint8_t* payload, uint32_t len) {
+    FrameHeader h;
+    h.type = type;
+    h.flags = flags;
+    h.src_node = cfg_.identity.node_id;
+    h.payload_len = len;
+    h.ack = lane != nullptr ? lane->session.last_received() : 0;
+    uint8_t hdr[kFrameHeaderSize];
+    encode_frame_header(h, payload, hdr);
+    iovec iov[2] = {{hdr, sizeof hdr}, {const_cast<uint8_t*>(payload), len}};
+    if (!transport_->send(conn, iov, len > 0 ? 2 : 1)) {
+        close_conn(conn);
+        return;
+    }
+    if (lane != nullptr) {
+        lane->session.ack_sent(h.ack);
+        lane->ack_due_since_us = 0;
+    }
+}
+
+void Engine::send_heartbeat(Peer& p, uint8_t kind, uint64_t ts_ns) {
+    Lane& l = p.lanes[0];
+    if (!l.up) return;
+    uint8_t b[kHeartbeatSize] = {};
+    b[0] = kind;
+    const uint32_t epoch = load_relaxed(&shm_->epoch);
+    for (int i = 0; i < 4; i++) b[4 + i] = static_cast<uint8_t>(epoch >> (8 * i));
+    for (int i = 0; i < 8; i++) b[8 + i] = static_cast<uint8_t>(ts_ns >> (8 * i));
+    send_control(l.conn, &l, FrameType::Heartbeat, kFlagControlLane, b, kHeartbeatSize);
+}
+
+void Engine::on_heartbeat(Peer& p, const FrameHeader& h, const uint8_t* payload) {
+    if (h.payload_len != kHeartbeatSize) {
+        report(ErrorType::MalformedFrame, Severity::Warning, p.addr.node_id,
+               "heartbeat of " + std::to_string(h.payload_len) + " bytes from node " +
+                   std::to_string(p.addr.node_id) + " ignored");
+        return;
+    }
+    uint32_t epoch = 0;
+    uint64_t ts = 0;
+    for (int i = 0; i < 4; i++) epoch |= static_cast<uint32_t>(payload[4 + i]) << (8 * i);
+    for (int i = 0; i < 8; i++) ts |= static_cast<uint64_t>(payload[8 + i]) << (8 * i);
+    store_relaxed(&p.shm->epoch_seen, epoch);
+    if (payload[0] == kHeartbeatPing) {
+        send_heartbeat(p, kHeartbeatPong, ts);
+    } else {
+        const uint64_t now = monotonic_ns();
+        if (now > ts) store_relaxed(&p.shm->rtt_ns, now - ts);
+    }
+}
+
+void Engine::on_ack(Peer& p, Lane& l, uint32_t ack) {
+    const size_t bytes_before = l.session.unacked_bytes();
+    const size_t freed = l.session.on_ack(ack);
+    if (freed == 0) return;
+    const size_t bytes = bytes_before - l.session.unacked_bytes();
+    __atomic_fetch_sub(&p.shm->unacked_msgs, static_cast<uint64_t>(freed), __ATOMIC_RELAXED);
+    release_queued(p.addr.node_id, freed, bytes);
+}
+
+void Engine::flush_acks(int64_t now) {
+    for (Peer& p : peers_) {
+        for (Lane& l : p.lanes) {
+            if (!l.up || !l.session.ack_due()) {
+                l.ack_due_since_us = 0;
+                continue;
+            }
+            if (l.ack_due_since_us != 0 && now - l.ack_due_since_us >= cfg_.ack_delay_us)
+                send_control(l.conn, &l, FrameType::Ack, 0, nullptr, 0);
+        }
+    }
+}
+
+// ---- peer state
+
+void Engine::declare_down(Peer& p, const std::string& why) {
+    report(ErrorType::PeerDown, Severity::Warning, p.addr.node_id,
+           "node " + std::to_string(p.addr.node_id) + " is DOWN: " + why);
+    for (Lane& l : p.lanes)
+        if (l.conn != 0) close_conn(l.conn);
+    fail_outstanding(p.addr.node_id, PGRAC_IC_UNREACHABLE);
+    set_state(p, PeerState::Down);
+    host_.on_peer_lost(p.addr.node_id);
+}
+
+void Engine::reset_peer(Peer& p, uint64_t new_incarnation) {
+    report(ErrorType::PeerReset, Severity::Warning, p.addr.node_id,
+           "node " + std::to_string(p.addr.node_id) + " restarted (incarnation " +
+               std::to_string(p.incarnation) + " -> " + std::to_string(new_incarnation) +
+               "); its session is reset and requests in flight to it fail");
+    for (Lane& l : p.lanes) {
+        const size_t bytes = l.session.unacked_bytes();
+        const size_t msgs = l.session.reset();
+        __atomic_fetch_sub(&p.shm->unacked_msgs, static_cast<uint64_t>(msgs), __ATOMIC_RELAXED);
+        release_queued(p.addr.node_id, msgs, bytes);
+        l.ack_due_since_us = 0;
+    }
+    // Other lanes still connected to the old incarnation are stale.
+    for (Lane& l : p.lanes)
+        if (l.up) close_conn(l.conn);
+    fail_outstanding(p.addr.node_id, PGRAC_IC_PEER_RESET);
+    host_.on_peer_lost(p.addr.node_id);
+}
+
+void Engine::update_state(Peer& p) {
+    uint32_t up = 0;
+    for (const Lane& l : p.lanes) up += l.up ? 1 : 0;
+    store_relaxed(&p.shm->lanes_up, up);
+    if (p.lanes[0].up) {
+        if (p.state != PeerState::Up) {
+            host_.log(Severity::Info, "node " + std::to_string(p.addr.node_id) + " is UP");
+            p.next_heartbeat_us = now_us();
+            set_state(p, PeerState::Up);
+        }
+    } else if (p.state == PeerState::Up) {
+        set_state(p, PeerState::Connecting);
+    }
+}
+
+void Engine::set_state(Peer& p, PeerState s) {
+    if (p.state == s) return;
+    const bool membership_change = (p.state == PeerState::Up) != (s == PeerState::Up) &&
+                                   (s == PeerState::Up || s == PeerState::Down);
+    p.state = s;
+    store_relaxed(&p.shm->state, static_cast<uint32_t>(s));
+    store_relaxed(&p.shm->state_since_us, unix_time_us());
+    if (membership_change) count(&shm_->epoch);
+}
+
+void Engine::close_conn(tiers::ConnId id) {
+    auto it = conns_.find(id);
+    if (it == conns_.end()) return;
+    if (it->second.peer >= 0) {
+        Lane& l = peers_[it->second.peer].lanes[it->second.lane];
+        if (l.conn == id) l.up = false;
+    }
+    transport_->close(id);
+}
+
+}  // namespace pgrac::ic

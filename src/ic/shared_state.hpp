@@ -1,0 +1,158 @@
+// The interconnect's shared-memory region: one per instance, created by the
+// postmaster, used by the listener, the LMS workers and every backend.
+// Plain integers and bytes only; rings and reply slots are found by offset.
+//
+//   IcShared | outbound ring | LMS inbox rings ... | reply slots ...
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "ic/error_log.hpp"
+#include "ic/latency_histogram.hpp"
+#include "ic/node_list.hpp"
+#include "ic/shm_ring.hpp"
+#include "pgrac_ic/pgrac_ic.h"
+
+namespace pgrac::ic {
+
+inline constexpr uint32_t kSharedMagic = 0x50524943;  // "PRIC"
+inline constexpr int kMaxLmsWorkers = 16;
+inline constexpr int kMaxLanes = 5;  // control lane + up to 4 bulk paths
+
+enum class PeerState : uint32_t { Down = 0, Connecting, Up, Disconnecting, Error };
+const char* peer_state_name(PeerState s);  // "DOWN", "CONNECTING", ...
+
+enum class Tier : uint32_t { Auto = 0, Stub, Tier1, Tier2, Tier3 };
+const char* tier_name(Tier t);  // "auto", "stub", "tier1", "tier2", "tier3"
+
+// Per-peer state and counters. Written by the listener (state, wire counters)
+// and by backends (queue accounting, RPC latency).
+struct PeerShared {
+    uint32_t node_id;  // 0 = slot unused
+    uint32_t state;    // PeerState
+    char address[96];  // host:port from cluster.nodes
+    uint64_t incarnation;
+    uint32_t epoch_seen;  // last membership epoch the peer carried
+    uint32_t lanes_up;
+    uint32_t lanes_total;
+    uint32_t pad;
+    int64_t state_since_us;  // Unix time of the last state change
+    int64_t last_heard_us;
+    uint64_t rtt_ns;  // last heartbeat round trip
+
+    uint64_t msgs_sent, msgs_recv, bytes_sent, bytes_recv;
+    uint64_t rpcs_sent, rpcs_served;
+    uint64_t retransmits, reconnects, duplicates_dropped;
+    uint64_t backpressure_stalls;  // sends that waited or failed on a full queue
+    uint64_t queued_msgs, queued_bytes;  // accepted for this peer, not yet acked
+    uint64_t unacked_msgs;               // listener's view: sent, not acked
+    char last_error[160];
+
+    LatencyHistogram rpc_latency;  // round trips measured by requesters
+};
+
+// The reply slot of one process (indexed by its PGPROC number). One RPC at a
+// time per process. The requester arms it (Waiting + rpc_id); the listener
+// fills it (Filling -> Done) only if rpc_id still matches; a requester that
+// gives up moves Waiting -> Idle, so a late reply is dropped.
+enum class SlotState : uint32_t { Idle = 0, Waiting = 1, Filling = 2, Done = 3 };
+struct ReplySlot {
+    uint64_t rpc_id;
+    uint32_t state;   // SlotState
+    uint32_t status;  // pgrac_ic_status
+    uint32_t len;
+    uint32_t generation;  // bumped by the owner for each RPC
+    uint8_t data[PGRAC_IC_MAX_MESSAGE];
+};
+
+inline constexpr size_t kDescMax = 256;
+
+struct RdmaStatusShared {
+    char hca_name[64];
+    char hca_vendor[64];
+    char link_layer[32];
+    char port_state[32];
+    int32_t mtu;
+    int32_t numa_node;
+    char xrc[64];
+    char dcqcn[64];
+    char hugepage_size[32];
+    char numa_binding[64];
+    int32_t cq_depth;
+    int32_t pad;
+    char verify_issues[1024];
+};
+
+struct IcShared {
+    uint32_t magic;
+    uint32_t my_node_id;
+    uint32_t n_lms;
+    uint32_t n_slots;
+    uint32_t tier_requested;  // Tier
+    uint32_t tier_active;     // Tier
+    char tier_reason[kDescMax];
+    uint64_t incarnation;
+    uint32_t epoch;            // bumped on every membership change seen here
+    int32_t listener_procno;   // -1 until the listener runs
+    uint32_t listener_ready;   // 1 once the transport is listening
+    int32_t lms_procno[kMaxLmsWorkers];
+    int64_t started_us;
+
+    RdmaStatusShared rdma;
+    // Transport-wide counters of the verbs tiers (zero elsewhere).
+    uint64_t mr_cache_hits, mr_cache_misses, cq_overflows, qp_errors;
+
+    PeerShared peers[kMaxNodes];  // index node_id - 1
+    LatencyHistogram total_latency;
+    ErrorLog errors;
+
+    uint64_t outbound_off;  // byte offsets from the start of this struct
+    uint64_t inbox_off[kMaxLmsWorkers];
+    uint64_t slots_off;
+};
+
+struct SharedSizing {
+    uint32_t n_lms = 2;
+    uint32_t n_slots = 0;  // PGPROC count
+    size_t outbound_ring_bytes = 16u << 20;
+    size_t inbox_ring_bytes = 8u << 20;
+};
+
+// Prefix of every ring record: destination (outbound) or source (inbox) node,
+// frame flags; the payload (MessageHeader + body) follows.
+struct RingPrefix {
+    uint16_t node;
+    uint16_t flags;
+    uint32_t payload_len;
+};
+static_assert(sizeof(RingPrefix) == 8);
+
+size_t shared_size(const SharedSizing& s);
+// Lays out and zeroes the region (postmaster, once).
+IcShared* shared_init(void* region, const SharedSizing& s);
+
+ShmRing outbound_ring(IcShared* shm);
+ShmRing inbox_ring(IcShared* shm, uint32_t lms);
+ReplySlot* reply_slot(IcShared* shm, uint32_t slot);
+inline PeerShared* peer_shared(IcShared* shm, uint32_t node_id) {
+    return (node_id >= 1 && node_id <= static_cast<uint32_t>(kMaxNodes) &&
+            shm->peers[node_id - 1].node_id == node_id)
+               ? &shm->peers[node_id - 1]
+               : nullptr;
+}
+
+// rpc_id = slot << 32 | generation
+inline uint64_t make_rpc_id(uint32_t slot, uint32_t gen) {
+    return (static_cast<uint64_t>(slot) << 32) | gen;
+}
+inline uint32_t rpc_slot(uint64_t rpc_id) { return static_cast<uint32_t>(rpc_id >> 32); }
+
+// Completes an RPC waiting in `slot` if rpc_id still matches. True if delivered.
+bool complete_slot(ReplySlot* slot, uint64_t rpc_id, uint32_t status, const uint8_t* body,
+                   uint32_t len);
+
+int64_t unix_time_us();
+uint64_t monotonic_ns();
+
+}  // namespace pgrac::ic

@@ -1,0 +1,160 @@
+// The IC Listener background worker: runs the engine on this process's main
+// thread, waiting on its latch (backends and LMS workers put work in the
+// outbound ring and set it) and on the transport's descriptor.
+extern "C" {
+#include "postgres.h"
+
+#include "access/xlog.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/wait_event.h"
+
+PGDLLEXPORT void pgrac_ic_listener_main(Datum arg);
+}
+
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "guc.hpp"
+#include "ic/atomics.hpp"
+#include "ic/engine.hpp"
+#include "pg_boundary.hpp"
+#include "shmem.hpp"
+#include "tier_startup.hpp"
+
+namespace {
+
+using pgrac::ic::Severity;
+
+// Collects what the engine wants to log; the main loop emits it with ereport()
+// outside of any C++ frame.
+class ListenerHost final : public pgrac::ic::EngineHost {
+public:
+    void wake_process(uint32_t procno) override { pgrac::glue::wake_procno(static_cast<int>(procno)); }
+    void wake_lms(uint32_t worker) override {
+        pgrac::glue::wake_procno(pgrac::glue::shared()->lms_procno[worker]);
+    }
+    void log(Severity severity, const std::string& message) override {
+        pending.emplace_back(severity, message);
+    }
+    std::vector<std::pair<Severity, std::string>> pending;
+};
+
+ListenerHost* g_host = nullptr;
+pgrac::ic::Engine* g_engine = nullptr;
+
+// Emits the engine's log lines. Copies them to palloc'd strings first so that
+// no C++ object is live when ereport() runs.
+void emit_logs() {
+    if (g_host->pending.empty()) return;
+    int n = static_cast<int>(g_host->pending.size());
+    int* levels = static_cast<int*>(palloc(sizeof(int) * n));
+    char** texts = static_cast<char**>(palloc(sizeof(char*) * n));
+    for (int i = 0; i < n; i++) {
+        const auto& [sev, msg] = g_host->pending[i];
+        levels[i] = sev == Severity::Error ? LOG : sev == Severity::Warning ? WARNING : LOG;
+        texts[i] = pstrdup(msg.c_str());
+    }
+    g_host->pending.clear();
+    for (int i = 0; i < n; i++) ereport(levels[i], (errmsg("pgrac_ic: %s", texts[i])));
+    pfree(levels);
+    pfree(texts);
+}
+
+pgrac::ic::EngineConfig make_config(pgrac::ic::IcShared* shm) {
+    pgrac::ic::EngineConfig cfg;
+    cfg.identity.cluster_name = pgrac_cluster_name;
+    cfg.identity.system_id = GetSystemIdentifier();
+    cfg.identity.node_id = static_cast<uint16_t>(pgrac_node_id);
+    cfg.identity.incarnation = shm->incarnation;
+    cfg.nodes = pgrac::glue::configured_nodes();
+    cfg.bulk_lanes = pgrac_tcp_paths;
+    cfg.heartbeat_interval_ms = pgrac_heartbeat_interval_ms;
+    cfg.peer_timeout_ms = pgrac_peer_timeout_ms;
+    if (cfg.nodes.size() > 1 && pgrac_auth_key_file && *pgrac_auth_key_file) {
+        std::string err;
+        auto key = pgrac::ic::load_key_file(pgrac_auth_key_file, &err);
+        if (!key) throw std::runtime_error("cluster.auth_key_file: " + err);
+        cfg.identity.key = std::move(*key);
+    }
+    return cfg;
+}
+
+// A new incarnation every time the listener starts: its sessions start empty,
+// so peers must not try to resume the old ones.
+uint64_t new_incarnation() {
+    uint64_t r = 0;
+    if (!pg_strong_random(&r, sizeof r)) r = static_cast<uint64_t>(MyProcPid);
+    return (static_cast<uint64_t>(pgrac::ic::unix_time_us()) << 8 ^ (r & 0xffff)) &
+           0x7fffffffffffffffULL;
+}
+
+}  // namespace
+
+void pgrac_ic_listener_main(Datum) {
+    pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
+    pqsignal(SIGHUP, SignalHandlerForConfigReload);
+    BackgroundWorkerUnblockSignals();
+    BackgroundWorkerInitializeConnection(nullptr, nullptr, 0);
+
+    pgrac::ic::IcShared* shm = pgrac::glue::shared();
+    shm->incarnation = new_incarnation();
+    shm->peers[pgrac_node_id - 1].incarnation = shm->incarnation;
+
+    char err[512] = "";
+    bool ok = pgrac::glue::guarded(
+        [&] {
+            g_host = new ListenerHost();
+            g_engine = new pgrac::ic::Engine(make_config(shm), shm, *g_host,
+                                             pgrac::glue::transport_factory());
+            std::string e;
+            if (!g_engine->start(&e)) throw std::runtime_error(e);
+        },
+        err, sizeof err);
+    if (!ok)
+        ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE),
+                        errmsg("pgrac_ic listener cannot start: %s", err)));
+    pgrac::ic::store_release(&shm->listener_procno, static_cast<int32_t>(MyProc->pgprocno));
+    ereport(LOG, (errmsg("pgrac_ic listener started: node %d, tier %s (%s transport), %zu nodes",
+                         pgrac_node_id, pgrac::ic::tier_name(static_cast<pgrac::ic::Tier>(shm->tier_active)),
+                         g_engine->transport_name(), pgrac::glue::configured_nodes().size())));
+
+    WaitEventSet* set = CreateWaitEventSet(TopMemoryContext, 3);
+    AddWaitEventToSet(set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, nullptr);
+    AddWaitEventToSet(set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, nullptr, nullptr);
+    if (g_engine->wait_fd() >= 0)
+        AddWaitEventToSet(set, WL_SOCKET_READABLE, g_engine->wait_fd(), nullptr, nullptr);
+
+    while (!ShutdownRequestPending) {
+        WaitEvent events[3];
+        WaitEventSetWait(set, g_engine->next_timeout_ms(), events, 3, PG_WAIT_EXTENSION);
+        ResetLatch(MyLatch);
+        CHECK_FOR_INTERRUPTS();
+        if (ConfigReloadPending) {
+            ConfigReloadPending = false;
+            ProcessConfigFile(PGC_SIGHUP);
+            g_engine->set_timing(pgrac_heartbeat_interval_ms, pgrac_peer_timeout_ms);
+        }
+        ok = pgrac::glue::guarded([] { g_engine->run_once(); }, err, sizeof err);
+        emit_logs();
+        if (!ok)
+            ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
+                            errmsg("pgrac_ic listener failed: %s", err)));
+    }
+
+    pgrac::glue::guarded([] { g_engine->shutdown(); }, err, sizeof err);
+    emit_logs();
+    pgrac::ic::store_release(&shm->listener_procno, -1);
+    // Exit code 1: the postmaster restarts us unless it is shutting down
+    // (pg_terminate_backend on the listener must not leave the node deaf).
+    proc_exit(1);
+}

@@ -1,0 +1,96 @@
+extern "C" {
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/latch.h"
+#include "utils/wait_event.h"
+}
+
+#include <sys/uio.h>
+
+#include "guc.hpp"
+#include "ic/atomics.hpp"
+#include "send_path.hpp"
+#include "shmem.hpp"
+
+using namespace pgrac::ic;
+
+namespace pgrac::glue {
+
+namespace {
+
+constexpr long kFullQueuePollMs = 1;
+
+bool queue_has_room(const PeerShared* p, uint64_t frame_bytes) {
+    const uint64_t max_bytes = static_cast<uint64_t>(pgrac_send_queue_max_kb) * 1024;
+    const uint64_t max_msgs = static_cast<uint64_t>(pgrac_send_queue_max_messages);
+    return load_relaxed(&p->queued_bytes) + frame_bytes <= max_bytes &&
+           load_relaxed(&p->queued_msgs) + 1 <= max_msgs;
+}
+
+}  // namespace
+
+bool node_is_known(int node) {
+    IcShared* shm = shared();
+    return shm != nullptr && node >= 1 && node <= kMaxNodes &&
+           peer_shared(shm, static_cast<uint32_t>(node)) != nullptr;
+}
+
+int enqueue_message(int node, uint16_t flags, const MessageHeader& mh, const void* body,
+                    uint32_t len, int api_flags, int timeout_ms) {
+    IcShared* shm = shared();
+    if (shm == nullptr || load_acquire(&shm->listener_ready) == 0) return PGRAC_IC_NOT_RUNNING;
+    if (len > PGRAC_IC_MAX_MESSAGE) return PGRAC_IC_TOO_BIG;
+    if (!node_is_known(node)) return PGRAC_IC_UNKNOWN_NODE;
+    PeerShared* peer = peer_shared(shm, static_cast<uint32_t>(node));
+    if (node != static_cast<int>(shm->my_node_id)) {
+        const auto state = static_cast<PeerState>(load_relaxed(&peer->state));
+        if (state == PeerState::Down || state == PeerState::Error) return PGRAC_IC_UNREACHABLE;
+    }
+
+    uint8_t mhbuf[kMessageHeaderSize];
+    encode_message_header(mh, mhbuf);
+    RingPrefix pre{static_cast<uint16_t>(node), flags,
+                   static_cast<uint32_t>(kMessageHeaderSize + len)};
+    iovec iov[3] = {{&pre, sizeof pre}, {mhbuf, sizeof mhbuf}, {const_cast<void*>(body), len}};
+    const uint64_t frame_bytes = kFrameHeaderSize + pre.payload_len;
+    ShmRing ring = outbound_ring(shm);
+
+    const uint64_t start = monotonic_ns();
+    bool stalled = false;
+    for (;;) {
+        if (queue_has_room(peer, frame_bytes)) {
+            count(&peer->queued_msgs);
+            count(&peer->queued_bytes, frame_bytes);
+            if (ring.push(iov, len > 0 ? 3 : 2) == ShmRing::Push::Ok) break;
+            __atomic_fetch_sub(&peer->queued_msgs, uint64_t{1}, __ATOMIC_RELAXED);
+            __atomic_fetch_sub(&peer->queued_bytes, frame_bytes, __ATOMIC_RELAXED);
+        }
+        if (!stalled) {
+            count(&peer->backpressure_stalls);
+            stalled = true;
+        }
+        const bool expired =
+            timeout_ms >= 0 &&
+            monotonic_ns() - start >= static_cast<uint64_t>(timeout_ms) * 1000000ull;
+        if ((api_flags & PGRAC_IC_NOWAIT) || expired) {
+            char text[160];
+            snprintf(text, sizeof text,
+                     "send queue to node %d full (%llu messages, %llu bytes queued)", node,
+                     static_cast<unsigned long long>(load_relaxed(&peer->queued_msgs)),
+                     static_cast<unsigned long long>(load_relaxed(&peer->queued_bytes)));
+            shm->errors.add(ErrorType::QueueFull, Severity::Warning, node, unix_time_us(), text);
+            return PGRAC_IC_QUEUE_FULL;
+        }
+        wake_procno(load_acquire(&shm->listener_procno));
+        (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+                        kFullQueuePollMs, PG_WAIT_EXTENSION);
+        ResetLatch(MyLatch);
+        CHECK_FOR_INTERRUPTS();
+    }
+    wake_procno(load_acquire(&shm->listener_procno));
+    return PGRAC_IC_OK;
+}
+
+}  // namespace pgrac::glue

@@ -1,0 +1,142 @@
+extern "C" {
+#include "postgres.h"
+}
+
+#include <cstring>
+#include <string>
+
+#include "guc.hpp"
+#include "pg_boundary.hpp"
+#include "tier_startup.hpp"
+#include "tiers/rdma_checks.hpp"
+#include "tiers/rdma_detect.hpp"
+#include "tiers/tier_select.hpp"
+
+using pgrac::ic::Tier;
+
+namespace pgrac::glue {
+
+namespace {
+
+// The decision, kept as plain data: it is made once in the postmaster and
+// inherited by every child.
+struct Decision {
+    Tier active = Tier::Tier3;
+    char reason[pgrac::ic::kDescMax];
+    pgrac::ic::RdmaStatusShared rdma;
+    bool fell_back = false;
+    char fatal[512];
+};
+Decision g_decision;
+
+Tier from_tiers(pgrac::tiers::Tier t) {
+    switch (t) {
+        case pgrac::tiers::Tier::kStub: return Tier::Stub;
+        case pgrac::tiers::Tier::kTier1: return Tier::Tier1;
+        case pgrac::tiers::Tier::kTier2: return Tier::Tier2;
+        default: return Tier::Tier3;
+    }
+}
+
+void copy(char* dst, size_t n, const std::string& s) { std::snprintf(dst, n, "%s", s.c_str()); }
+
+void decide(Decision& d) {
+    const Tier requested = static_cast<Tier>(pgrac_tier_requested);
+    pgrac::tiers::SysRoots roots;
+    pgrac::tiers::RdmaInventory inv = pgrac::tiers::scan_rdma(roots);
+    pgrac::tiers::TierDecision td = pgrac::tiers::decide_tier(
+        inv, pgrac::ic::tier_name(requested), pgrac_interconnect_strict,
+        pgrac_rdma_device ? pgrac_rdma_device : "");
+    if (!td.ok) {
+        copy(d.fatal, sizeof d.fatal, td.error);
+        return;
+    }
+    d.active = from_tiers(td.tier);
+    std::string reason = td.reason;
+    if (d.active == Tier::Tier1 || d.active == Tier::Tier2) {
+        // The RDMA port is usable, but this build carries no verbs transport yet.
+        std::string why = "RDMA port " + td.device + "/" + std::to_string(td.port) +
+                          " is usable, but the verbs transport is not part of this build; "
+                          "running at Tier 3 (TCP)";
+        if (pgrac_interconnect_strict) {
+            copy(d.fatal, sizeof d.fatal, why);
+            return;
+        }
+        d.active = Tier::Tier3;
+        reason = why;
+    }
+    copy(d.reason, sizeof d.reason, reason);
+    d.fell_back = (requested == Tier::Auto || requested == Tier::Tier1 ||
+                   requested == Tier::Tier2) &&
+                  d.active == Tier::Tier3;
+
+    pgrac::tiers::VerifyOptions opts;
+    opts.requested_tier = pgrac::ic::tier_name(requested);
+    opts.strict = pgrac_interconnect_strict;
+    opts.device = pgrac_rdma_device ? pgrac_rdma_device : "";
+    opts.query_pfc = false;
+    std::string issues;
+    for (const std::string& line : pgrac::tiers::quick_verify_issues(inv, roots, opts))
+        issues += line + "\n";
+    copy(d.rdma.verify_issues, sizeof d.rdma.verify_issues, issues);
+    if (const pgrac::tiers::RdmaDevice* dev = pgrac::tiers::find_device(inv, td.device)) {
+        copy(d.rdma.hca_name, sizeof d.rdma.hca_name, dev->name);
+        copy(d.rdma.hca_vendor, sizeof d.rdma.hca_vendor, dev->vendor);
+        d.rdma.numa_node = pgrac::tiers::effective_numa_node(inv, *dev);
+        for (const pgrac::tiers::RdmaPort& p : dev->ports) {
+            if (p.num != td.port) continue;
+            copy(d.rdma.link_layer, sizeof d.rdma.link_layer,
+                 pgrac::tiers::link_layer_name(p.link_layer));
+            copy(d.rdma.port_state, sizeof d.rdma.port_state, p.state);
+            d.rdma.mtu = p.active_mtu;
+            copy(d.rdma.dcqcn, sizeof d.rdma.dcqcn, pgrac::tiers::dcqcn_state(p));
+        }
+    } else {
+        d.rdma.numa_node = -1;
+    }
+}
+
+}  // namespace
+
+void select_tier() {
+    Decision& d = g_decision;
+    d = Decision{};
+    d.rdma.numa_node = -1;
+    char err[512] = "";
+    const Tier requested = static_cast<Tier>(pgrac_tier_requested);
+    if (requested == Tier::Stub || requested == Tier::Tier3) {
+        d.active = requested;
+        std::snprintf(d.reason, sizeof d.reason, "cluster.interconnect_tier = %s",
+                      pgrac::ic::tier_name(requested));
+        return;
+    }
+    if (!guarded([&] { decide(d); }, err, sizeof err))
+        std::snprintf(d.fatal, sizeof d.fatal, "RDMA detection failed: %s", err);
+    if (d.fatal[0] != '\0')
+        ereport(FATAL, (errcode(ERRCODE_CONFIG_FILE_ERROR),
+                        errmsg("pgrac_ic cannot start at cluster.interconnect_tier = %s: %s",
+                               pgrac::ic::tier_name(requested), d.fatal),
+                        errhint("Fix the RDMA setup (run \"pgrac_ctl verify rdma\"), or turn "
+                                "cluster.interconnect_strict off to fall back to TCP.")));
+    if (d.fell_back)
+        ereport(WARNING, (errmsg("%s", d.reason),
+                          errhint("Run \"pgrac_ctl verify rdma\" to see why no RDMA tier is "
+                                  "usable.")));
+}
+
+void publish_tier(pgrac::ic::IcShared* shm) {
+    shm->tier_requested = static_cast<uint32_t>(pgrac_tier_requested);
+    shm->tier_active = static_cast<uint32_t>(g_decision.active);
+    std::memcpy(shm->tier_reason, g_decision.reason, sizeof shm->tier_reason);
+    shm->rdma = g_decision.rdma;
+}
+
+pgrac::ic::TransportFactory transport_factory() {
+    if (g_decision.active == Tier::Stub)
+        return [](pgrac::tiers::TransportHandler& h) { return pgrac::tiers::make_stub_transport(h); };
+    return [](pgrac::tiers::TransportHandler& h) {
+        return pgrac::tiers::make_tcp_transport(h, pgrac::tiers::TcpOptions{});
+    };
+}
+
+}  // namespace pgrac::glue

@@ -1,0 +1,79 @@
+// The TCP tier (tier3): nonblocking sockets on one epoll instance.
+//
+// The epoll fd is wait_fd(). Besides the sockets it watches an eventfd, set
+// when an end is waiting to be reported, and a timerfd armed at the earliest
+// connect deadline, so an owner that sleeps on wait_fd() wakes for both.
+//
+// Callbacks are made only from poll(). Connections are erased only when their
+// end is reported, at the start or end of poll() and never inside a callback,
+// so a handler may call close() or send() (on any connection) from on_frame
+// while its connection's buffer is still being read.
+#pragma once
+
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "tiers/tcp_connection.hpp"
+#include "tiers/transport.hpp"
+
+namespace pgrac::tiers {
+
+class TcpTransport final : public Transport {
+  public:
+    TcpTransport(TransportHandler& handler, const TcpOptions& opts);
+    ~TcpTransport() override;
+    TcpTransport(const TcpTransport&) = delete;
+    TcpTransport& operator=(const TcpTransport&) = delete;
+
+    // False if the epoll/eventfd/timerfd setup failed (the object is unusable).
+    bool ok() const { return epfd_ >= 0 && wakefd_ >= 0 && timerfd_ >= 0; }
+
+    const char* name() const override { return "tcp"; }
+    bool listen(const std::string& host, uint16_t port, std::string* error) override;
+    ConnId connect(const std::string& host, uint16_t port, std::string* error) override;
+    bool send(ConnId conn, const iovec* iov, int iovcnt) override;
+    size_t queued_bytes(ConnId conn) const override;
+    void close(ConnId conn) override;
+    int wait_fd() const override { return epfd_; }
+    void poll(int timeout_ms) override;
+    uint32_t max_payload() const override { return max_payload_; }
+    TransportCounters counters() const override { return counters_; }
+
+  private:
+    TcpConnection* find(ConnId id) const;
+
+    // setup and teardown (tcp_transport.cpp)
+    bool start_connect_attempt(TcpConnection& c);
+    void finish_connect(TcpConnection& c);
+    void expire_connects();
+    void rearm_timer();
+    void accept_ready(int listen_fd);
+    void deliver_reports();
+    std::string end_text(const TcpConnection& c) const;
+
+    // data path (tcp_transport_io.cpp)
+    void conn_ready(ConnId id, uint32_t events);
+    void read_ready(TcpConnection& c);
+    bool deliver_frames(TcpConnection& c);
+    void flush(TcpConnection& c);
+    void set_epollout(TcpConnection& c, bool on);
+    void end(TcpConnection& c, TcpCloseCause cause, int err = 0,
+             ic::FrameError fe = ic::FrameError::None);
+    void signal_wake();
+
+    TransportHandler& handler_;
+    const TcpOptions opts_;
+    const uint32_t max_payload_;
+    int epfd_ = -1, wakefd_ = -1, timerfd_ = -1;
+    std::vector<int> listeners_;
+    std::unordered_map<ConnId, std::unique_ptr<TcpConnection>> conns_;
+    ConnId next_id_ = 1;
+    size_t pending_reports_ = 0;
+    bool in_poll_ = false;
+    bool wake_signalled_ = false;  // wakefd_ is readable
+    bool timer_armed_ = false;
+    TransportCounters counters_;
+};
+
+}  // namespace pgrac::tiers

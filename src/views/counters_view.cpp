@@ -1,0 +1,104 @@
+// pg_cluster_rdma_counters: traffic, reliability and latency per peer, and a
+// total row (peer_node_id NULL).
+extern "C" {
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "funcapi.h"
+#include "utils/tuplestore.h"
+
+PG_FUNCTION_INFO_V1(pgrac_ic_counters);
+}
+
+#include <cstring>
+
+#include "ic/atomics.hpp"
+#include "shmem.hpp"
+#include "views/srf.hpp"
+
+using namespace pgrac::ic;
+using pgrac::glue::counter_datum;
+
+namespace {
+
+constexpr int kColumns = 19;
+
+struct Row {
+    uint64_t msgs_sent, msgs_recv, bytes_sent, bytes_recv, rpcs_sent, rpcs_served, retransmits,
+        reconnects, duplicates, stalls, queued_msgs, queued_bytes;
+};
+
+Row read_row(const PeerShared& p) {
+    return Row{load_relaxed(&p.msgs_sent),   load_relaxed(&p.msgs_recv),
+               load_relaxed(&p.bytes_sent),  load_relaxed(&p.bytes_recv),
+               load_relaxed(&p.rpcs_sent),   load_relaxed(&p.rpcs_served),
+               load_relaxed(&p.retransmits), load_relaxed(&p.reconnects),
+               load_relaxed(&p.duplicates_dropped), load_relaxed(&p.backpressure_stalls),
+               load_relaxed(&p.queued_msgs), load_relaxed(&p.queued_bytes)};
+}
+
+void add(Row& t, const Row& r) {
+    t.msgs_sent += r.msgs_sent;
+    t.msgs_recv += r.msgs_recv;
+    t.bytes_sent += r.bytes_sent;
+    t.bytes_recv += r.bytes_recv;
+    t.rpcs_sent += r.rpcs_sent;
+    t.rpcs_served += r.rpcs_served;
+    t.retransmits += r.retransmits;
+    t.reconnects += r.reconnects;
+    t.duplicates += r.duplicates;
+    t.stalls += r.stalls;
+    t.queued_msgs += r.queued_msgs;
+    t.queued_bytes += r.queued_bytes;
+}
+
+void put_row(ReturnSetInfo* rsinfo, const IcShared* shm, int node, const Row& r,
+             const LatencyHistogram& h, bool verbs) {
+    Datum v[kColumns];
+    bool n[kColumns];
+    memset(n, 0, sizeof n);
+    int i = 0;
+    if (node > 0) v[i] = Int32GetDatum(node); else n[i] = true;
+    i++;
+    for (uint64_t c : {r.msgs_sent, r.msgs_recv, r.bytes_sent, r.bytes_recv, r.rpcs_sent,
+                       r.rpcs_served, r.retransmits, r.reconnects, r.duplicates, r.stalls,
+                       r.queued_msgs, r.queued_bytes})
+        v[i++] = counter_datum(c);
+    // MR cache and CQ counters exist only on the verbs tiers, transport-wide.
+    const uint64_t lookups = shm->mr_cache_hits + shm->mr_cache_misses;
+    if (verbs && node <= 0 && lookups > 0)
+        v[i] = Float8GetDatum(static_cast<double>(shm->mr_cache_hits) / static_cast<double>(lookups));
+    else
+        n[i] = true;
+    i++;
+    if (verbs && node <= 0) v[i] = counter_datum(shm->cq_overflows); else n[i] = true;
+    i++;
+    const uint64_t samples = h.total();
+    for (double q : {0.5, 0.99, 0.999}) {
+        if (samples > 0) v[i] = pgrac::glue::ns_to_us_datum(h.percentile(q)); else n[i] = true;
+        i++;
+    }
+    v[i++] = counter_datum(samples);
+    Assert(i == kColumns);
+    tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, v, n);
+}
+
+}  // namespace
+
+Datum pgrac_ic_counters(PG_FUNCTION_ARGS) {
+    IcShared* shm = pgrac::glue::shared();
+    if (shm == nullptr) ereport(ERROR, (errmsg("pgrac_ic is not loaded")));
+    InitMaterializedSRF(fcinfo, 0);
+    ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
+    const Tier tier = static_cast<Tier>(shm->tier_active);
+    const bool verbs = tier == Tier::Tier1 || tier == Tier::Tier2;
+    Row total{};
+    for (const PeerShared& p : shm->peers) {
+        if (p.node_id == 0) continue;
+        Row r = read_row(p);
+        add(total, r);
+        put_row(rsinfo, shm, static_cast<int>(p.node_id), r, p.rpc_latency, verbs);
+    }
+    put_row(rsinfo, shm, 0, total, shm->total_latency, verbs);
+    return (Datum)0;
+}

@@ -1,0 +1,15 @@
+// Turning interconnect statuses into PostgreSQL errors for SQL callers.
+#pragma once
+
+#include <cstdint>
+
+namespace pgrac::glue {
+
+// ERROR unless `node` is in cluster.nodes.
+void require_known_node(int node);
+// Raises the ERROR that matches a failed pgrac_ic status; never returns.
+// For HANDLER_ERROR the reply holds the remote error text.
+[[noreturn]] void raise_status(int status, int node, const char* what, const void* reply,
+                               uint32_t reply_len);
+
+}  // namespace pgrac::glue

@@ -1,0 +1,405 @@
+// pgrac_ctl end to end: the binary run as a subprocess against the recorded
+// trees in tests/data/sysfs, plus a few in-process pieces.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+
+#include "loopback.hpp"
+#include "table.hpp"
+#include "tiers/rdma_live.hpp"
+#include "tiers/tier_select.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kCtl = std::string(PGRAC_BINARY_DIR) + "/bin/pgrac_ctl";
+const std::string kData = std::string(PGRAC_SOURCE_DIR) + "/tests/data/sysfs/";
+
+struct CtlRun {
+    int rc = -1;
+    std::string out, err;
+};
+
+std::string slurp(const std::string& path) {
+    std::ifstream in(path);
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+// Runs a shell command line; stdout and stderr captured separately.
+CtlRun sh(const std::string& cmdline) {
+    char errpath[] = "/tmp/pgrac_ctl_test_err_XXXXXX";
+    int fd = mkstemp(errpath);
+    if (fd >= 0) close(fd);
+    CtlRun r;
+    FILE* p = popen((cmdline + " 2>" + errpath).c_str(), "r");
+    if (!p) return r;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
+    int st = pclose(p);
+    r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    r.err = slurp(errpath);
+    unlink(errpath);
+    return r;
+}
+
+std::string roots(const std::string& scenario) {
+    return "--sysfs-root " + kData + scenario + "/sys --procfs-root " + kData + scenario + "/proc";
+}
+
+CtlRun ctl(const std::string& args) {
+    return sh(kCtl + " " + args);
+}
+
+// RESULT column of a check's row in the table.
+std::string table_result(const std::string& out, const std::string& check) {
+    std::smatch m;
+    std::regex re("(^|\n)" + check + " +(PASS|WARN|FAIL|SKIP) ");
+    return std::regex_search(out, m, re) ? m[2].str() : "missing";
+}
+
+struct Scenario {
+    const char* name;
+    int exit_code;
+    const char* tier;
+    const char* device;  // nullptr: none
+    const char* vendor;
+    std::vector<std::string> results;  // hca vendor driver hugepages numa pfc_ecn loopback tier
+};
+
+const std::vector<Scenario> kScenarios = {
+    {"no_hca",
+     1,
+     "tier3",
+     nullptr,
+     nullptr,
+     {"FAIL", "SKIP", "SKIP", "WARN", "SKIP", "SKIP", "SKIP", "WARN"}},
+    {"mlx5_ib_good",
+     0,
+     "tier1",
+     "mlx5_0",
+     "mlx5",
+     {"PASS", "PASS", "PASS", "PASS", "PASS", "SKIP", "SKIP", "PASS"}},
+    {"mlx5_roce_wrong_numa",
+     1,
+     "tier2",
+     "mlx5_0",
+     "mlx5",
+     {"PASS", "PASS", "PASS", "PASS", "FAIL", "WARN", "SKIP", "PASS"}},
+    {"non_mlx5",
+     0,
+     "tier2",
+     "bnxt_re0",
+     "other",
+     {"PASS", "PASS", "PASS", "WARN", "WARN", "WARN", "SKIP", "PASS"}},
+};
+
+const std::vector<std::string> kIds = {"hca",  "vendor",  "driver",   "hugepages",
+                                       "numa", "pfc_ecn", "loopback", "tier"};
+const std::vector<std::string> kNames = {"HCA presence",          "vendor",
+                                         "driver and rdma-core",  "hugepages",
+                                         "NUMA and IRQ affinity", "PFC/ECN \\(RoCE\\)",
+                                         "loopback test",         "tier"};
+
+}  // namespace
+
+TEST(CtlVerify, TableForEachScenario) {
+    for (const Scenario& s : kScenarios) {
+        SCOPED_TRACE(s.name);
+        const CtlRun r = ctl(roots(s.name) + " verify rdma");
+        EXPECT_EQ(r.rc, s.exit_code) << r.out << r.err;
+        for (size_t i = 0; i < kNames.size(); ++i)
+            EXPECT_EQ(table_result(r.out, kNames[i]), s.results[i]) << kNames[i] << "\n" << r.out;
+        EXPECT_NE(r.out.find(std::string("would run at ") + s.tier), std::string::npos) << r.out;
+    }
+}
+
+TEST(CtlVerify, JsonForEachScenario) {
+    for (const Scenario& s : kScenarios) {
+        SCOPED_TRACE(s.name);
+        const CtlRun r = ctl(roots(s.name) + " verify rdma --json");
+        EXPECT_EQ(r.rc, s.exit_code);
+        const nlohmann::json j = nlohmann::json::parse(r.out);
+        EXPECT_EQ(j["tier"], s.tier);
+        EXPECT_EQ(j["tier_requested"], "auto");
+        EXPECT_EQ(j["exit_code"], s.exit_code);
+        EXPECT_EQ(j["live"], false);
+        EXPECT_TRUE(j["loopback"].is_null());
+        if (s.device) {
+            EXPECT_EQ(j["device"], s.device);
+            EXPECT_EQ(j["vendor"], s.vendor);
+        } else {
+            EXPECT_TRUE(j["device"].is_null());
+        }
+        ASSERT_EQ(j["checks"].size(), kIds.size());
+        int fails = 0;
+        for (size_t i = 0; i < kIds.size(); ++i) {
+            EXPECT_EQ(j["checks"][i]["id"], kIds[i]);
+            EXPECT_EQ(j["checks"][i]["result"], s.results[i]) << kIds[i];
+            EXPECT_FALSE(j["checks"][i]["detail"].get<std::string>().empty());
+            if (s.results[i] == "FAIL" || s.results[i] == "WARN") {
+                EXPECT_FALSE(j["checks"][i]["action"].get<std::string>().empty()) << kIds[i];
+            }
+            fails += s.results[i] == "FAIL";
+        }
+        EXPECT_EQ(j["summary"]["fail"], fails);
+    }
+    const nlohmann::json j =
+        nlohmann::json::parse(ctl(roots("no_hca") + " verify rdma --json").out);
+    EXPECT_EQ(j["tier_reason"], "No RDMA HCA detected; running at Tier 3 (TCP)");
+    const nlohmann::json roce =
+        nlohmann::json::parse(ctl(roots("mlx5_roce_wrong_numa") + " verify rdma --json").out);
+    const auto& port = roce["devices"][0]["ports"][0];
+    EXPECT_EQ(port["link_layer"], "Ethernet");
+    EXPECT_EQ(port["gid_index"], 3);
+    EXPECT_EQ(port["gid_type"], "RoCE v2");
+    EXPECT_EQ(port["netdev"], "ens1f0np0");
+    EXPECT_EQ(port["dcqcn"], "enabled (priorities 3)");
+    EXPECT_EQ(roce["devices"][0]["numa_node"], 1);
+    EXPECT_EQ(roce["devices"][0]["irqs"].size(), 8u);
+}
+
+TEST(CtlVerify, DeviceStrictAndTierOptions) {
+    CtlRun r = ctl(roots("mlx5_ib_good") + " verify rdma --device mlx5_7 --json");
+    EXPECT_EQ(r.rc, 1);
+    nlohmann::json j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["checks"][0]["result"], "FAIL");
+    EXPECT_NE(j["checks"][0]["detail"].get<std::string>().find("no RDMA device named mlx5_7"),
+              std::string::npos);
+    EXPECT_EQ(j["tier"], "tier3");
+
+    // tier2 asked on an InfiniBand-only box: strict refuses, the tier check fails.
+    r = ctl(roots("mlx5_ib_good") + " verify rdma --tier tier2 --strict --json");
+    EXPECT_EQ(r.rc, 1);
+    j = nlohmann::json::parse(r.out);
+    EXPECT_TRUE(j["tier"].is_null());
+    EXPECT_EQ(j["checks"].back()["result"], "FAIL");
+    r = ctl(roots("mlx5_ib_good") + " verify rdma --tier tier2 --json");
+    j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["tier"], "tier1");
+    EXPECT_EQ(j["checks"].back()["result"], "WARN");
+    EXPECT_EQ(r.rc, 0);
+}
+
+TEST(CtlUsage, ExitCodesAndHelp) {
+    EXPECT_EQ(ctl("").rc, 2);
+    EXPECT_EQ(ctl("verify").rc, 2);
+    EXPECT_EQ(ctl("numa").rc, 2);
+    EXPECT_EQ(ctl("frobnicate").rc, 2);
+    EXPECT_EQ(ctl("verify rdma --no-such-option").rc, 2);
+    EXPECT_EQ(ctl("verify rdma --tier tier9").rc, 2);
+    EXPECT_EQ(ctl("--sysfs-root /nonexistent/dir verify rdma").rc, 2);
+    for (const char* cmd : {"--help", "verify --help", "verify rdma --help", "numa --help",
+                            "numa bind-irqs --help", "status --help"}) {
+        const CtlRun r = ctl(cmd);
+        EXPECT_EQ(r.rc, 0) << cmd;
+        EXPECT_NE(r.out.find("Usage:"), std::string::npos) << cmd;
+    }
+    EXPECT_NE(ctl("verify rdma --help").out.find("--device"), std::string::npos);
+    EXPECT_NE(ctl("numa bind-irqs --help").out.find("--dry-run"), std::string::npos);
+    EXPECT_NE(ctl("status --help").out.find("-h,--host"), std::string::npos);
+    EXPECT_NE(ctl("--help").out.find("--sysfs-root"), std::string::npos);
+}
+
+TEST(CtlBindIrqs, DryRunShowsTheChanges) {
+    CtlRun r = ctl(roots("mlx5_roce_wrong_numa") + " numa bind-irqs --dry-run");
+    EXPECT_EQ(r.rc, 0) << r.err;
+    std::string expected = "mlx5_0: NUMA node 1, CPUs 8-15; 8 IRQs (dry run: nothing is written)\n";
+    for (int irq = 130; irq <= 137; ++irq)
+        expected += "IRQ " + std::to_string(irq) + ": " + std::to_string(irq - 130) + " -> " +
+                    std::to_string(irq - 130 + 8) + " (would change)\n";
+    expected += "8 would change, 0 already on node 1\n";
+    EXPECT_EQ(r.out, expected);
+    EXPECT_EQ(slurp(kData + "mlx5_roce_wrong_numa/proc/irq/130/smp_affinity_list"), "0\n");
+
+    // One CPU each, all on the HCA's node already: nothing to do.
+    r = ctl(roots("mlx5_ib_good") + " numa bind-irqs --dry-run --device mlx5_0");
+    EXPECT_EQ(r.rc, 0);
+    EXPECT_NE(r.out.find("IRQ 98: 0 (already on node 0)"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("0 would change, 8 already on node 0"), std::string::npos) << r.out;
+
+    r = ctl(roots("non_mlx5") + " numa bind-irqs --dry-run");
+    EXPECT_EQ(r.rc, 0);
+    EXPECT_NE(r.out.find("IRQ 62: 0-3 (already on node 0)"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("IRQ 60: 0-7 -> 0 (would change)"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("IRQ 61: 0-7 -> 1 (would change)"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("IRQ 63: 0-7 -> 2 (would change)"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("3 would change, 1 already on node 0"), std::string::npos) << r.out;
+
+    r = ctl(roots("no_hca") + " numa bind-irqs --dry-run");
+    EXPECT_EQ(r.rc, 1);
+    EXPECT_NE(r.err.find("no RDMA device"), std::string::npos);
+    r = ctl(roots("mlx5_ib_good") + " numa bind-irqs --dry-run --device mlx5_3");
+    EXPECT_EQ(r.rc, 1);
+    EXPECT_NE(r.err.find("no RDMA device named mlx5_3"), std::string::npos);
+}
+
+TEST(CtlBindIrqs, WritesACopyOfTheTree) {
+    if (geteuid() != 0) GTEST_SKIP() << "writing needs root (the tool refuses otherwise)";
+    char tmpl[] = "/tmp/pgrac_ctl_tree_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    const std::string dir = tmpl;
+    fs::copy(kData + "mlx5_roce_wrong_numa", dir,
+             fs::copy_options::recursive | fs::copy_options::copy_symlinks);
+    const std::string args = "--sysfs-root " + dir + "/sys --procfs-root " + dir + "/proc";
+
+    CtlRun r = ctl(args + " numa bind-irqs");
+    EXPECT_EQ(r.rc, 0) << r.err;
+    EXPECT_NE(r.out.find("IRQ 130: 0 -> 8 (changed)"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("8 changed, 0 already on node 1"), std::string::npos) << r.out;
+    for (int irq = 130; irq <= 137; ++irq)
+        EXPECT_EQ(slurp(dir + "/proc/irq/" + std::to_string(irq) + "/smp_affinity_list"),
+                  std::to_string(irq - 130 + 8) + "\n");
+
+    // Now the NUMA check passes, and a second run changes nothing.
+    const nlohmann::json j = nlohmann::json::parse(ctl(args + " verify rdma --json").out);
+    EXPECT_EQ(j["checks"][4]["result"], "PASS");
+    EXPECT_EQ(j["exit_code"], 0);
+    r = ctl(args + " numa bind-irqs");
+    EXPECT_NE(r.out.find("0 changed, 8 already on node 1"), std::string::npos) << r.out;
+    fs::remove_all(dir);
+}
+
+TEST(CtlBindIrqs, RefusesWithoutRoot) {
+    if (geteuid() != 0 || access("/usr/bin/setpriv", X_OK) != 0)
+        GTEST_SKIP() << "needs root and setpriv to drop to an unprivileged uid";
+    const CtlRun r = sh("/usr/bin/setpriv --reuid=65534 --regid=65534 --clear-groups " + kCtl +
+                        " " + roots("mlx5_roce_wrong_numa") + " numa bind-irqs");
+    EXPECT_EQ(r.rc, 1);
+    EXPECT_NE(r.err.find("must run as root"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("--dry-run"), std::string::npos) << r.err;
+    EXPECT_EQ(slurp(kData + "mlx5_roce_wrong_numa/proc/irq/130/smp_affinity_list"), "0\n");
+}
+
+TEST(CtlStatus, ConnectionFailureIsReported) {
+    const CtlRun r = ctl("status -h 127.0.0.1 -p 1 -d postgres -U postgres");
+    EXPECT_EQ(r.rc, 1);
+    EXPECT_NE(r.err.find("cannot connect"), std::string::npos) << r.err;
+}
+
+// A scratch PostgreSQL with stand-in views of the same names (the extension's
+// own views are tested in TAP): proves the libpq path, the table and JSON.
+TEST(CtlStatus, ReadsTheViewsOfARunningServer) {
+    const std::string bin = "/usr/lib/postgresql/15/bin";
+    if (geteuid() != 0 || access((bin + "/initdb").c_str(), X_OK) != 0 ||
+        access("/usr/bin/setpriv", X_OK) != 0 || sh("id -u postgres").rc != 0)
+        GTEST_SKIP() << "needs root, setpriv, a postgres user and PostgreSQL 15 binaries";
+    char tmpl[] = "/tmp/pgrac_ctl_pg_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    const std::string dir = tmpl;
+    const std::string port = std::to_string(20000 + getpid() % 20000);
+    const std::string as_pg = "/usr/bin/setpriv --reuid=postgres --regid=postgres --init-groups ";
+    ASSERT_EQ(sh("chown postgres " + dir).rc, 0);
+    ASSERT_EQ(sh(as_pg + bin + "/initdb -N -A trust -U postgres -D " + dir + "/data >/dev/null").rc,
+              0);
+    ASSERT_EQ(sh(as_pg + bin + "/pg_ctl -w -s -D " + dir + "/data -l " + dir + "/log -o \"-p " +
+                 port + " -k " + dir + " -c listen_addresses=''\" start")
+                  .rc,
+              0);
+    const std::string sql =
+        "CREATE VIEW pg_cluster_rdma_status AS SELECT 'tier2'::text AS tier, 'auto'::text AS "
+        "tier_requested,"
+        " 'rxe0 port 1 is an ACTIVE Ethernet port'::text AS tier_reason, 'rxe0'::text AS hca_name,"
+        " 'other'::text AS hca_vendor, 'Ethernet'::text AS link_layer, false AS xrc, "
+        "'unknown'::text AS dcqcn,"
+        " '2MB'::text AS hugepage_size, 0 AS numa_node, 4096 AS cq_depth,"
+        " ARRAY['hugepages: WARN: none configured']::text[] AS verify_issues;"
+        "CREATE VIEW pg_cluster_ic_peers AS SELECT * FROM (VALUES (1, '10.0.0.1:5433', 'UP', "
+        "'tier2', 7::bigint,"
+        " 12.5::float8), (2, '10.0.0.2:5433', 'DOWN', 'tier2', 3::bigint, NULL::float8))"
+        " AS t(node_id, address, state, tier, incarnation, rtt_us);"
+        "CREATE VIEW pg_cluster_rdma_counters AS SELECT 1 AS peer_node_id, 10::bigint AS msgs_sent,"
+        " 9::bigint AS msgs_recv, 640::bigint AS bytes_sent, 576::bigint AS bytes_recv, 0::bigint "
+        "AS retransmits,"
+        " 0::bigint AS reconnects, 5.5::float8 AS p50_latency_us, 9.25::float8 AS p99_latency_us;";
+    EXPECT_EQ(sh(bin + "/psql -q -X -h " + dir + " -p " + port + " -U postgres -d postgres -c \"" +
+                 sql + "\"")
+                  .rc,
+              0);
+
+    const std::string conn = " -h " + dir + " -p " + port + " -U postgres -d postgres";
+    CtlRun r = ctl("status" + conn + " --json");
+    EXPECT_EQ(r.rc, 0) << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << r.out;
+    EXPECT_EQ(j["rdma_status"]["tier"], "tier2");
+    EXPECT_EQ(j["rdma_status"]["xrc"], false);
+    EXPECT_EQ(j["rdma_status"]["cq_depth"], 4096);
+    EXPECT_EQ(j["rdma_status"]["verify_issues"], "{\"hugepages: WARN: none configured\"}");
+    ASSERT_EQ(j["peers"].size(), 2u);
+    EXPECT_EQ(j["peers"][0]["state"], "UP");
+    EXPECT_EQ(j["peers"][0]["rtt_us"], 12.5);
+    EXPECT_TRUE(j["peers"][1]["rtt_us"].is_null());
+    EXPECT_EQ(j["counters"][0]["bytes_sent"], 640);
+
+    r = ctl("status" + conn);
+    EXPECT_EQ(r.rc, 0) << r.err;
+    EXPECT_NE(r.out.find("Interconnect (pg_cluster_rdma_status)"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("tier_reason"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("10.0.0.2:5433"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("p99_latency_us"), std::string::npos) << r.out;
+
+    // A database without the views: a clear error and exit 1.
+    EXPECT_EQ(sh(bin + "/psql -q -X -h " + dir + " -p " + port +
+                 " -U postgres -d postgres -c 'CREATE DATABASE empty'")
+                  .rc,
+              0);
+    r = ctl("status -h " + dir + " -p " + port + " -U postgres -d empty");
+    EXPECT_EQ(r.rc, 1);
+    EXPECT_NE(r.err.find("CREATE EXTENSION pgrac_ic"), std::string::npos) << r.err;
+
+    sh(as_pg + bin + "/pg_ctl -s -D " + dir + "/data -m immediate stop");
+    fs::remove_all(dir);
+}
+
+TEST(CtlTable, WrapsTheLastColumn) {
+    EXPECT_EQ(pgrac::ctl::wrap_text("aaa bbb ccc", 7),
+              (std::vector<std::string>{"aaa bbb", "ccc"}));
+    EXPECT_EQ(pgrac::ctl::wrap_text("", 7), std::vector<std::string>{""});
+    EXPECT_EQ(pgrac::ctl::wrap_text("abcdefghij", 8), (std::vector<std::string>{"abcdefgh", "ij"}));
+    EXPECT_EQ(pgrac::ctl::display_width("5 µs"), 4u);
+    pgrac::ctl::Table t({"A", "B"});
+    t.add_row({"x", "one two three"});
+    std::ostringstream out;
+    t.print(out, 23);
+    EXPECT_EQ(out.str(), "A  B\nx  one two three\n");
+}
+
+// The loopback test itself, on whatever device this machine has (rxe0 in the
+// soft-RoCE VM). Skipped where there is none.
+TEST(CtlLoopback, RunsOnARealDevice) {
+    const auto names = pgrac::tiers::verbs_device_names(nullptr);
+    if (names.empty()) GTEST_SKIP() << "no RDMA device on this machine";
+    const auto inv = pgrac::tiers::scan_rdma(pgrac::tiers::SysRoots{});
+    const auto d = pgrac::tiers::decide_tier(inv, "auto", false, names[0]);
+    if (d.tier != pgrac::tiers::Tier::kTier1 && d.tier != pgrac::tiers::Tier::kTier2)
+        GTEST_SKIP() << d.reason;
+    pgrac::ctl::LoopbackOptions o;
+    o.device = d.device;
+    o.port = d.port;
+    o.gid_index = d.tier == pgrac::tiers::Tier::kTier2 ? d.gid_index : -1;
+    o.lat_iters = 200;
+    o.bw_iters = 64;
+    const pgrac::ctl::LoopbackResult r = pgrac::ctl::run_loopback(o);
+    ASSERT_TRUE(r.ok) << r.error;
+    EXPECT_GT(r.lat_us_per_iter, 0);
+    EXPECT_GT(r.bw_mb_per_s, 0);
+    EXPECT_GE(r.path_mtu, 256);
+
+    // A port that does not exist fails cleanly, with the reason.
+    o.port = 9;
+    const pgrac::ctl::LoopbackResult bad = pgrac::ctl::run_loopback(o);
+    EXPECT_FALSE(bad.ok);
+    EXPECT_FALSE(bad.error.empty());
+}
