@@ -8,13 +8,19 @@ EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" pgrac_ic.contro
 GLUE_SRCS = $(wildcard src/*.cpp src/lms/*.cpp src/views/*.cpp)
 OBJS = $(GLUE_SRCS:.cpp=.o)
 DATA = $(wildcard sql/pgrac_ic--*.sql)
+
+# pg_regress: every sql/*.sql that is not an install script, run against a
+# temporary instance that preloads pgrac_ic (stub tier). TAP: t/*.pl.
+REGRESS = $(sort $(patsubst sql/%.sql,%,$(filter-out sql/pgrac_ic--%,$(wildcard sql/*.sql))))
+REGRESS_OPTS = --temp-config=$(CURDIR)/test/regress.conf --temp-instance=$(CURDIR)/tmp_check_regress
+TAP_TESTS = 1
 HEADERS_pgrac_ic = include/pgrac_ic/pgrac_ic.h
 
 BUILD_DIR = build
 CORE_LIB = $(BUILD_DIR)/libpgrac_core.a
 CTL_BIN = $(BUILD_DIR)/bin/pgrac_ctl
 SCRIPTS_built = $(CTL_BIN)
-EXTRA_CLEAN = $(BUILD_DIR)
+EXTRA_CLEAN = $(BUILD_DIR) tmp_check tmp_check_regress
 
 # PostgreSQL's headers are system headers to us: our own code must be clean at
 # -Wall -Wextra, theirs is not our business.

@@ -56,7 +56,7 @@ CREATE FUNCTION pgrac_ic_peers(
     OUT state_since timestamptz, OUT tier text, OUT paths_up int, OUT paths int,
     OUT incarnation bigint, OUT epoch bigint, OUT rtt_us float8, OUT queued_msgs bigint,
     OUT queued_bytes bigint, OUT unacked_msgs bigint, OUT last_heard timestamptz,
-    OUT last_error text)
+    OUT notes_recv bigint, OUT last_error text)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'pgrac_ic_peers' LANGUAGE C STRICT VOLATILE PARALLEL SAFE;
 
@@ -78,11 +78,23 @@ AS 'MODULE_PATHNAME', 'pgrac_ic_bench' LANGUAGE C STRICT VOLATILE;
 COMMENT ON FUNCTION pgrac_ic_bench(int, int, int) IS
     'RPC latency percentiles and rate to a node, measured through the full path';
 
+-- ---------------------------------------------------------------- diagnostics
+CREATE FUNCTION pgrac_ic_broadcast(body bytea DEFAULT '') RETURNS int
+AS 'MODULE_PATHNAME', 'pgrac_ic_broadcast_note' LANGUAGE C STRICT VOLATILE;
+COMMENT ON FUNCTION pgrac_ic_broadcast(bytea) IS
+    'Sends a one-way note to every other node (counted in pg_cluster_ic_peers.notes_recv there); returns the number of nodes';
+
+CREATE FUNCTION pgrac_ic_seq_rpc(node int, stream int, seq bigint) RETURNS text
+AS 'MODULE_PATHNAME', 'pgrac_ic_seq_rpc' LANGUAGE C STRICT VOLATILE;
+COMMENT ON FUNCTION pgrac_ic_seq_rpc(int, int, bigint) IS
+    'Exactly-once probe: applies seq to a numbered stream on node; returns applied, duplicate or reordered';
+
 -- ---------------------------------------------------------------- privileges
 -- Monitoring roles read the views; nothing here is for PUBLIC.
 REVOKE ALL ON FUNCTION pgrac_ic_status(), pgrac_ic_counters(), pgrac_ic_errors(),
     pgrac_ic_error_totals(), pgrac_ic_peers(), pgrac_ic_ping(int),
-    pgrac_ic_bench(int, int, int) FROM PUBLIC;
+    pgrac_ic_bench(int, int, int), pgrac_ic_broadcast(bytea),
+    pgrac_ic_seq_rpc(int, int, bigint) FROM PUBLIC;
 REVOKE ALL ON pg_cluster_rdma_status, pg_cluster_rdma_counters, pg_cluster_rdma_errors,
     pg_cluster_rdma_error_totals, pg_cluster_ic_peers FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION pgrac_ic_status(), pgrac_ic_counters(), pgrac_ic_errors(),

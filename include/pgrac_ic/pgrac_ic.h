@@ -31,6 +31,8 @@ extern "C" {
 
 /* Built-in message types. */
 #define PGRAC_IC_MSG_PING 1 /* echo: the reply is the request body */
+#define PGRAC_IC_MSG_NOTE 2 /* one-way note, counted by the receiving LMS worker */
+#define PGRAC_IC_MSG_SEQ 3  /* exactly-once probe: u32 stream, u64 seq -> u8 outcome */
 
 /* Flags for pgrac_ic_send / pgrac_ic_rpc. */
 #define PGRAC_IC_NOWAIT 0x0001  /* a full send queue fails at once with QUEUE_FULL */

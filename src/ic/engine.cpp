@@ -96,7 +96,17 @@ void Engine::route_outbound(uint16_t node, uint16_t flags, const uint8_t* payloa
     decode_message_header(payload, len, &mh);
     const uint64_t frame_bytes = kFrameHeaderSize + len;
     if (node == cfg_.identity.node_id) {
+        // To ourselves: no wire, but the same counters as a peer's traffic.
+        PeerShared& self = shm_->peers[node - 1];
         release_queued(node, 1, frame_bytes);
+        count(&self.msgs_sent);
+        count(&self.msgs_recv);
+        count<uint64_t>(&self.bytes_sent, frame_bytes);
+        count<uint64_t>(&self.bytes_recv, frame_bytes);
+        if (flags & kFlagRpcRequest) {
+            count(&self.rpcs_sent);
+            count(&self.rpcs_served);
+        }
         deliver_local(node, flags, payload, len);
         return;
     }

@@ -11,6 +11,7 @@
 #include "ic/error_log.hpp"
 #include "ic/latency_histogram.hpp"
 #include "ic/node_list.hpp"
+#include "ic/seq_check.hpp"
 #include "ic/shm_ring.hpp"
 #include "pgrac_ic/pgrac_ic.h"
 
@@ -48,6 +49,11 @@ struct PeerShared {
     uint64_t queued_msgs, queued_bytes;  // accepted for this peer, not yet acked
     uint64_t unacked_msgs;               // listener's view: sent, not acked
     char last_error[160];
+    // Built-in diagnostics, as the receiver: one-way notes taken by an LMS
+    // worker (pgrac_ic_broadcast) and the exactly-once probe's high marks
+    // (pgrac_ic_seq_rpc), both per source node.
+    uint64_t notes_recv;
+    uint64_t seq_last[kSeqStreams];
 
     LatencyHistogram rpc_latency;  // round trips measured by requesters
 };

@@ -24,6 +24,14 @@ struct TransportCounters {
     uint64_t send_calls = 0;      // syscalls or work requests posted
     uint64_t cq_overflows = 0;    // verbs only
     uint64_t qp_errors = 0;       // verbs only
+    // verbs only, added with the verbs tier
+    uint64_t mr_cache_hits = 0, mr_cache_misses = 0;  // mr_cache_hit_rate = hits / (hits + misses)
+    uint64_t verbs_sends = 0;       // send work requests completed successfully
+    uint64_t verbs_recvs = 0;       // receive completions delivered as frames
+    uint64_t send_queue_waits = 0;  // frames queued in user space: send queue or slots full
+    uint64_t srq_low_events = 0;    // IBV_EVENT_SRQ_LIMIT_REACHED: receives ran low
+    uint64_t cq_rebuilds = 0;       // CQ+SRQ recreated after an overflow or error
+    uint64_t zero_copy_sends = 0;   // frames sent with a payload piece from the MR cache
 };
 
 class TransportHandler {

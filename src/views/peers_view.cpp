@@ -20,7 +20,7 @@ using namespace pgrac::ic;
 using pgrac::glue::counter_datum;
 
 Datum pgrac_ic_peers(PG_FUNCTION_ARGS) {
-    constexpr int kColumns = 16;
+    constexpr int kColumns = 17;
     IcShared* shm = pgrac::glue::shared();
     if (shm == nullptr) ereport(ERROR, (errmsg("pgrac_ic is not loaded")));
     InitMaterializedSRF(fcinfo, 0);
@@ -55,6 +55,7 @@ Datum pgrac_ic_peers(PG_FUNCTION_ARGS) {
         const int64_t heard = load_relaxed(&p.last_heard_us);
         if (!self && heard != 0) v[i] = pgrac::glue::unix_us_to_timestamptz(heard); else n[i] = true;
         i++;
+        v[i++] = counter_datum(load_relaxed(&p.notes_recv));
         if (p.last_error[0] != '\0') v[i] = CStringGetTextDatum(p.last_error); else n[i] = true;
         i++;
         Assert(i == kColumns);

@@ -1,0 +1,342 @@
+#!/usr/bin/env bash
+# Tier 3 (TCP) side-by-side latency benchmark, in one run on one machine:
+#   1. raw TCP ping-pong between two processes on 127.0.0.1 (the limit for tier 3)
+#   2. libpq round trips against one instance: SELECT 1, and get_raw_page('t', 0)
+#      (an 8 KiB page fetched the way users do it without an interconnect)
+#   3. pgrac_ic_bench between two instances (backend -> listener -> TCP -> peer
+#      listener -> LMS -> back), 64 B and 8 KiB, plus the same RPC to the own
+#      node (no TCP: the in-instance handoffs alone)
+# Every measurement runs --rounds times, interleaved; the table reports the
+# median over rounds of each round's p50/p99, and the p50 spread (min-max).
+#
+# Runs as root; the PostgreSQL parts run as the postgres user. Creates its own
+# temporary two-instance cluster and removes it on exit.
+#
+#   bench/run_tier3.sh [--build-dir DIR] [--skip-build] [--rounds 3]
+#                      [--iterations 20000] [--iterations-8k 10000]
+#                      [--markdown FILE] [--keep-logs DIR] [--max-seconds 1200]
+set -euo pipefail
+
+SRC_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="$SRC_DIR/build-bench"
+SKIP_BUILD=0
+ROUNDS=3
+ITER=20000
+ITER8K=10000
+WARMUP=2000
+MARKDOWN=""
+KEEP_LOGS=""
+MAX_SECONDS=1200
+PGBIN="${PGBIN:-/usr/lib/postgresql/15/bin}"
+PGUSER_OS=postgres
+
+usage() {
+    sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
+    exit 2
+}
+
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --build-dir) BUILD_DIR="$2"; shift 2 ;;
+        --skip-build) SKIP_BUILD=1; shift ;;
+        --rounds) ROUNDS="$2"; shift 2 ;;
+        --iterations) ITER="$2"; shift 2 ;;
+        --iterations-8k) ITER8K="$2"; shift 2 ;;
+        --warmup) WARMUP="$2"; shift 2 ;;
+        --markdown) MARKDOWN="$2"; shift 2 ;;
+        --keep-logs) KEEP_LOGS="$2"; shift 2 ;;
+        --max-seconds) MAX_SECONDS="$2"; shift 2 ;;
+        -h | --help) usage ;;
+        *) echo "unknown argument: $1" >&2; usage ;;
+    esac
+done
+
+[[ $(id -u) -eq 0 ]] || { echo "run_tier3.sh: run as root (it uses runuser -u postgres)" >&2; exit 2; }
+COMMAND_LINE="bench/run_tier3.sh $*"
+COMMAND_LINE="${COMMAND_LINE% }"
+
+log() { echo "[run_tier3 $(date +%H:%M:%S)] $*" >&2; }
+as_pg() { runuser -u "$PGUSER_OS" -- "$@"; }
+
+# ---- cleanup: every process started here is stopped, the temp dir removed
+WORK=""
+STARTED=()
+WATCHDOG=""
+cleanup() {
+    local rc=$?
+    trap - EXIT INT TERM
+    for d in "${STARTED[@]}"; do
+        as_pg "$PGBIN/pg_ctl" -D "$d" -m immediate -w -t 30 stop >/dev/null 2>&1 || true
+    done
+    if [[ -n "$WORK" && -d "$WORK" ]]; then
+        if [[ -n "$KEEP_LOGS" ]]; then
+            mkdir -p "$KEEP_LOGS"
+            cp "$WORK"/*.log "$WORK"/results.tsv "$KEEP_LOGS"/ 2>/dev/null || true
+        fi
+        rm -rf "$WORK"
+    fi
+    if [[ -n "$WATCHDOG" ]]; then kill "$WATCHDOG" 2>/dev/null || true; fi
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'log "interrupted"; exit 130' INT TERM
+
+# The whole run is bounded: the watchdog ends it (and so the trap cleans up).
+(
+    trap 'kill "$sleeper" 2>/dev/null; exit 0' TERM
+    sleep "$MAX_SECONDS" &
+    sleeper=$!
+    wait "$sleeper"
+    echo "[run_tier3] over --max-seconds $MAX_SECONDS: stopping" >&2
+    kill -TERM $$
+) &
+WATCHDOG=$!
+
+# ---- build
+if [[ $SKIP_BUILD -eq 0 ]]; then
+    log "building tcp_pingpong and libpq_latency in $BUILD_DIR"
+    timeout 900 cmake -S "$SRC_DIR" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+        -DPGRAC_BUILD_TESTS=OFF >/dev/null
+    timeout 900 cmake --build "$BUILD_DIR" -j2 --target tcp_pingpong libpq_latency >/dev/null
+fi
+TCP_PINGPONG="$BUILD_DIR/bin/tcp_pingpong"
+LIBPQ_LATENCY="$BUILD_DIR/bin/libpq_latency"
+[[ -x "$TCP_PINGPONG" && -x "$LIBPQ_LATENCY" ]] || { echo "missing tools in $BUILD_DIR/bin" >&2; exit 2; }
+
+# ---- ports: free ones from the ranges reserved for benchmarks
+port_free() { ! ss -Htan "( sport = :$1 )" 2>/dev/null | grep -q .; }
+pick_port() {  # pick_port LOW HIGH [EXCLUDE...]
+    local low=$1 high=$2 p
+    shift 2
+    for _ in $(seq 1 200); do
+        p=$((low + RANDOM % (high - low + 1)))
+        if port_free "$p" && [[ " $* " != *" $p "* ]]; then
+            echo "$p"
+            return 0
+        fi
+    done
+    echo "no free port in $low-$high" >&2
+    return 1
+}
+PG1=$(pick_port 56000 56999)
+PG2=$(pick_port 56000 56999 "$PG1")
+IC1=$(pick_port 57000 57999)
+IC2=$(pick_port 57000 57999 "$IC1")
+
+# ---- the cluster: initdb once, copy (same system identifier), two instances
+WORK=$(mktemp -d /tmp/pgrac-bench-XXXX)
+chown "$PGUSER_OS": "$WORK"
+chmod 700 "$WORK"
+log "cluster in $WORK: postgres ports $PG1/$PG2, interconnect ports $IC1/$IC2"
+as_pg bash -c "umask 077; openssl rand -hex 32 > '$WORK/key'"
+chmod 600 "$WORK/key"
+as_pg "$PGBIN/initdb" -D "$WORK/base" -A trust -U postgres --no-sync >"$WORK/initdb.log" 2>&1
+
+start_node() {  # start_node N PGPORT
+    local n=$1 port=$2 d="$WORK/n$1"
+    as_pg cp -a "$WORK/base" "$d"
+    cat >>"$d/postgresql.conf" <<EOF
+# ---- run_tier3.sh
+port = $port
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '$WORK'
+shared_preload_libraries = 'pgrac_ic'
+cluster.interconnect_tier = tier3
+cluster.node_id = $n
+cluster.nodes = '1@127.0.0.1:$IC1,2@127.0.0.1:$IC2'
+cluster.auth_key_file = '$WORK/key'
+fsync = off
+EOF
+    STARTED+=("$d")
+    as_pg "$PGBIN/pg_ctl" -D "$d" -l "$WORK/n$n.log" -w -t 60 start >/dev/null
+}
+start_node 1 "$PG1"
+start_node 2 "$PG2"
+
+psql_n() {  # psql_n PGPORT SQL
+    as_pg timeout 300 "$PGBIN/psql" -X -A -t -q -v ON_ERROR_STOP=1 -h "$WORK" -p "$1" \
+        -d postgres -c "$2"
+}
+psql_n "$PG1" "CREATE EXTENSION pgrac_ic; CREATE EXTENSION pageinspect;
+               CREATE TABLE t AS SELECT g, repeat('x', 40) AS filler FROM generate_series(1, 150) g;"
+psql_n "$PG2" "CREATE EXTENSION pgrac_ic;"
+
+log "waiting for the peers to be UP"
+for i in $(seq 1 120); do
+    s1=$(psql_n "$PG1" "SELECT state FROM pg_cluster_ic_peers WHERE node_id = 2" || true)
+    s2=$(psql_n "$PG2" "SELECT state FROM pg_cluster_ic_peers WHERE node_id = 1" || true)
+    [[ "$s1" == UP && "$s2" == UP ]] && break
+    [[ $i -eq 120 ]] && { echo "peers not UP after 60 s (node1: $s1, node2: $s2)" >&2; exit 1; }
+    sleep 0.5
+done
+psql_n "$PG1" "SELECT pgrac_ic_ping(2); SELECT pgrac_ic_ping(1);" >/dev/null
+
+# ---- measurements
+# Placement matters a lot on a small VM: a wakeup across CPUs costs far more
+# than one on the same CPU. So every path is measured as the scheduler places
+# it (group "sched": the base for the ratios), and the raw TCP, libpq SELECT 1
+# and pgrac_ic 64 B paths also with every process involved on CPU 0 (group
+# "cpu0"); raw TCP also busy-polling on CPUs 0 and 1 (group "spin": the limit of
+# a design that never sleeps).
+RESULTS="$WORK/results.tsv"  # group, what, size, round, p50, p99, p999
+: >"$RESULTS"
+kv() { sed -n "s/.*[[:space:]]$1=\([^[:space:]]*\).*/\1/p"; }
+record() {  # record GROUP WHAT SIZE ROUND LINE
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$(kv p50_us <<<"$5")" \
+        "$(kv p99_us <<<"$5")" "$(kv p999_us <<<"$5")" >>"$RESULTS"
+}
+CONN="host=127.0.0.1 port=$PG1 dbname=postgres user=postgres"
+LAST_CPU=$(($(nproc) - 1))
+SPIN_PORT=$(pick_port 57000 57999 "$IC1" "$IC2")
+
+instance_pids() {
+    local d pm
+    for d in "${STARTED[@]}"; do
+        pm=$(head -1 "$d/postmaster.pid")
+        echo "$pm"
+        pgrep -P "$pm" || true
+    done
+}
+pin_instances() {  # pin_instances CPULIST: every process of both instances
+    local p
+    for p in $(instance_pids); do taskset -a -pc "$1" "$p" >/dev/null 2>&1 || true; done
+}
+
+tcp_run() {  # tcp_run GROUP SIZE ITERS ROUND
+    local out
+    case "$1" in
+        sched) out=$(timeout 300 "$TCP_PINGPONG" --sizes "$2" --iterations "$3" --warmup "$WARMUP") ;;
+        cpu0) out=$(timeout 300 taskset -c 0 "$TCP_PINGPONG" --sizes "$2" --iterations "$3" \
+            --warmup "$WARMUP") ;;
+        spin)
+            timeout 300 taskset -c "$LAST_CPU" "$TCP_PINGPONG" --server --busy-poll \
+                --port "$SPIN_PORT" 2>/dev/null &
+            local srv=$!
+            out=$(timeout 300 taskset -c 0 "$TCP_PINGPONG" --client --busy-poll --port "$SPIN_PORT" \
+                --sizes "$2" --iterations "$3" --warmup "$WARMUP")
+            wait "$srv"
+            ;;
+    esac
+    record "$1" "raw TCP ping-pong" "$2" "$4" "$out"
+}
+libpq_run() {  # libpq_run GROUP WHAT SIZE ROUND ITERS ARGS...
+    local group=$1 what=$2 size=$3 round=$4 iters=$5 out pin=()
+    shift 5
+    [[ $group == cpu0 ]] && pin=(taskset -c 0)
+    out=$(timeout 300 "${pin[@]}" "$LIBPQ_LATENCY" --conninfo "$CONN" --iterations "$iters" \
+        --warmup "$WARMUP" "$@")
+    if [[ $size == 8192 && "$(kv result_bytes <<<"$out")" != 8192 ]]; then
+        echo "get_raw_page returned: $out" >&2
+        exit 1
+    fi
+    record "$group" "$what" "$size" "$round" "$out"
+}
+ic_run() {  # ic_run GROUP NODE SIZE ITERS ROUND
+    local line what="pgrac_ic RPC node 1 -> 2"
+    [[ $2 == 1 ]] && what="pgrac_ic RPC to own node (no TCP)"
+    psql_n "$PG1" "SELECT count(*) FROM pgrac_ic_bench($2, $3, $WARMUP)" >/dev/null
+    line=$(psql_n "$PG1" "SELECT format('p50_us=%s p99_us=%s p999_us=%s',
+              round(p50_us::numeric, 2), round(p99_us::numeric, 2), round(p999_us::numeric, 2))
+              FROM pgrac_ic_bench($2, $3, $4)")
+    record "$1" "$what" "$3" "$5" " $line"
+}
+
+for r in $(seq 1 "$ROUNDS"); do
+    log "round $r/$ROUNDS: as the scheduler places it"
+    tcp_run sched 64 "$ITER" "$r"
+    tcp_run sched 8192 "$ITER8K" "$r"
+    libpq_run sched "libpq SELECT 1 (simple protocol)" 4 "$r" "$ITER" --query "SELECT 1"
+    libpq_run sched "libpq SELECT 1 (prepared)" 4 "$r" "$ITER" --query "SELECT 1" --mode prepared
+    libpq_run sched "libpq get_raw_page (prepared, binary)" 8192 "$r" "$ITER8K" \
+        --query "SELECT get_raw_page('t', 0)" --mode prepared --binary
+    ic_run sched 2 64 "$ITER" "$r"
+    ic_run sched 2 8192 "$ITER8K" "$r"
+    ic_run sched 1 64 "$ITER" "$r"
+
+    log "round $r/$ROUNDS: everything on CPU 0; raw TCP busy-polling on CPUs 0 and $LAST_CPU"
+    pin_instances 0
+    tcp_run cpu0 64 "$ITER" "$r"
+    libpq_run cpu0 "libpq SELECT 1 (prepared)" 4 "$r" "$ITER" --query "SELECT 1" --mode prepared
+    ic_run cpu0 2 64 "$ITER" "$r"
+    ic_run cpu0 1 64 "$ITER" "$r"
+    pin_instances "0-$LAST_CPU"
+    tcp_run spin 64 "$ITER" "$r"
+    tcp_run spin 8192 "$ITER8K" "$r"
+done
+
+# ---- report
+machine_cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
+REPORT=$(python3 - "$RESULTS" <<'PY'
+import statistics, sys
+rows, order = {}, []
+for line in open(sys.argv[1]):
+    group, what, size, rnd, p50, p99, p999 = line.rstrip("\n").split("\t")
+    key = (group, what, int(size))
+    if key not in rows:
+        rows[key] = {}
+        order.append(key)
+    rows[key][int(rnd)] = (float(p50), float(p99))
+med = lambda xs: statistics.median(xs)
+label = {"sched": "", "cpu0": " — all on CPU 0", "spin": " — busy-poll, 2 CPUs"}
+def tcp_key(group, size):
+    return (group, "raw TCP ping-pong", 64 if size <= 64 else 8192)
+def ratios(k, b):  # per-round ratio k / b: both measured in the same round
+    if k not in rows or b not in rows:
+        return []
+    return [rows[k][r][0] / rows[b][r][0] for r in rows[k] if r in rows[b]]
+def p50(k):
+    return med(v[0] for v in rows[k].values())
+print("| what | size (B) | p50 µs | p50 min–max | p99 µs | p50 / raw TCP p50 (same round, same placement) |")
+print("|---|---:|---:|---:|---:|---:|")
+for k in sorted(order, key=lambda k: ["sched", "cpu0", "spin"].index(k[0])):
+    p50s = [v[0] for v in rows[k].values()]
+    rs = ratios(k, tcp_key(k[0], k[2]))
+    ratio = f"{med(rs):.2f}x ({min(rs):.2f}–{max(rs):.2f})" if rs else "–"
+    if k[1] == "raw TCP ping-pong":
+        ratio = "1.00x"
+    print(f"| {k[1]}{label[k[0]]} | {k[2]} | {med(p50s):.1f} | {min(p50s):.1f}–{max(p50s):.1f} | "
+          f"{med(v[1] for v in rows[k].values()):.1f} | {ratio} |")
+print()
+IC64, IC8K = "pgrac_ic RPC node 1 -> 2", "pgrac_ic RPC node 1 -> 2"
+def line(grp, num, nsize, den, dsize):
+    rs = ratios((grp, num, nsize), (grp, den, dsize))
+    return (med(rs), min(rs), max(rs)) if rs else (float("nan"),) * 3
+fmt = lambda t: f"**{t[0]:.2f}x** (rounds: {t[1]:.2f}–{t[2]:.2f})"
+print("Ratios: the median over rounds of ratios taken within one round (so both sides of a ratio")
+print("ran minutes apart at most under the same load); \"as placed\" = where the scheduler put")
+print("the processes, \"CPU 0\" = every process involved pinned to CPU 0.")
+print()
+for grp, name in (("sched", "as placed"), ("cpu0", "CPU 0")):
+    t = line(grp, IC64, 64, "raw TCP ping-pong", 64)
+    print(f"- pgrac_ic 64 B / raw TCP 64 B, {name}: {fmt(t)} — target ≤ 1.5x: "
+          f"{'met' if t[0] <= 1.5 else 'MISSED'}")
+for grp, name in (("sched", "as placed"), ("cpu0", "CPU 0")):
+    t = line(grp, "libpq SELECT 1 (prepared)", 4, IC64, 64)
+    extra = ""
+    if grp == "sched":
+        s = line(grp, "libpq SELECT 1 (simple protocol)", 4, IC64, 64)
+        extra = f"; simple protocol: {fmt(s)}"
+    print(f"- libpq SELECT 1 (prepared) / pgrac_ic 64 B, {name}: {fmt(t)}{extra} — target ≥ 2x: "
+          f"{'met' if t[0] >= 2 else 'MISSED'}")
+print(f"- libpq get_raw_page / pgrac_ic 8 KiB, as placed: "
+      f"{fmt(line('sched', 'libpq get_raw_page (prepared, binary)', 8192, IC8K, 8192))}")
+print(f"- pgrac_ic 64 B / busy-polling raw TCP 64 B: "
+      f"**{p50(('sched', IC64, 64)) / p50(('spin', 'raw TCP ping-pong', 64)):.1f}x** (medians)")
+for grp, name in (("sched", "as placed"), ("cpu0", "CPU 0")):
+    t = line(grp, "pgrac_ic RPC to own node (no TCP)", 64, IC64, 64)
+    print(f"- pgrac_ic 64 B to own node (no TCP) / to node 2, {name}: {fmt(t)}")
+PY
+)
+{
+    echo "Run: \`$COMMAND_LINE\` ($(date -u '+%Y-%m-%d %H:%M UTC'))"
+    echo
+    echo "Machine: $(nproc) CPUs ($machine_cpu), kernel $(uname -r), PostgreSQL" \
+        "$("$PGBIN/postgres" --version | awk '{print $3}'); rounds: $ROUNDS;" \
+        "iterations per round: $ITER (64 B and SELECT 1), $ITER8K (8 KiB); warmup $WARMUP"
+    echo
+    echo "$REPORT"
+} | tee "$WORK/report.md"
+if [[ -n "$MARKDOWN" ]]; then cp "$WORK/report.md" "$MARKDOWN"; fi
+echo
+echo "per-round results (group, what, size, round, p50, p99, p999 µs):"
+cat "$RESULTS"

@@ -1,0 +1,299 @@
+// tcp_pingpong: the latency limit for tier 3. Two processes ping-pong a
+// message of a fixed size over a TCP connection on 127.0.0.1 with
+// TCP_NODELAY and blocking sockets: the client writes N bytes, the server
+// reads N bytes and writes them back, the client reads N bytes. One round
+// trip per iteration, timed in the client with CLOCK_MONOTONIC.
+//
+//   tcp_pingpong [--sizes 64,8192] [--iterations 20000] [--warmup 2000]
+//                [--host 127.0.0.1] [--port 0] [--busy-poll]
+//
+// By default one binary does both sides: it binds a listening socket (port 0:
+// the kernel picks a free one, so parallel runs never collide), forks an echo
+// server child, and runs the client in the parent. --server / --client run one
+// side only (then --port is required). --busy-poll spins on nonblocking recv()
+// on both sides instead of sleeping (the socket stays blocking for send()'s
+// sake, each recv() passes MSG_DONTWAIT). Prints one line per size:
+//   tcp_pingpong size=64 iterations=20000 p50_us=.. p99_us=.. p999_us=.. mean_us=..
+//                ops_per_sec=..
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Options {
+    std::vector<size_t> sizes{64, 8192};
+    int iterations = 20000;
+    int warmup = 2000;
+    std::string host = "127.0.0.1";
+    int port = 0;
+    bool server_only = false;
+    bool client_only = false;
+    bool busy_poll = false;
+};
+
+// --busy-poll: both sides spin on nonblocking recv() instead of sleeping in
+// it, so no side ever waits for a wakeup (the limit for a design that spins).
+bool g_busy_poll = false;
+
+constexpr size_t kMaxSize = 1 << 20;
+
+[[noreturn]] void die(const char* what) {
+    std::fprintf(stderr, "tcp_pingpong: %s: %s\n", what, std::strerror(errno));
+    std::exit(2);
+}
+
+[[noreturn]] void usage() {
+    std::fprintf(stderr,
+                 "usage: tcp_pingpong [--sizes 64,8192] [--iterations N] [--warmup N]\n"
+                 "                    [--host 127.0.0.1] [--port P] [--busy-poll]\n"
+                 "                    [--server | --client]\n");
+    std::exit(2);
+}
+
+uint64_t now_ns() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// Reads exactly n bytes; false on EOF.
+bool read_full(int fd, uint8_t* buf, size_t n) {
+    size_t got = 0;
+    while (got < n) {
+        const ssize_t r = recv(fd, buf + got, n - got, g_busy_poll ? MSG_DONTWAIT : 0);
+        if (r > 0) {
+            got += static_cast<size_t>(r);
+        } else if (r == 0) {
+            return false;
+        } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            __builtin_ia32_pause();
+        } else if (errno != EINTR) {
+            die("recv");
+        }
+    }
+    return true;
+}
+
+void write_full(int fd, const uint8_t* buf, size_t n) {
+    size_t put = 0;
+    while (put < n) {
+        const ssize_t w = send(fd, buf + put, n - put, MSG_NOSIGNAL);
+        if (w > 0) {
+            put += static_cast<size_t>(w);
+        } else if (w < 0 && errno != EINTR) {
+            die("send");
+        }
+    }
+}
+
+void set_nodelay(int fd) {
+    int one = 1;
+    if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0) die("TCP_NODELAY");
+}
+
+sockaddr_in make_addr(const std::string& host, int port) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    if (inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1) {
+        std::fprintf(stderr, "tcp_pingpong: bad IPv4 address %s\n", host.c_str());
+        std::exit(2);
+    }
+    return a;
+}
+
+int listen_on(const std::string& host, int port, int* bound_port) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) die("socket");
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in a = make_addr(host, port);
+    if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) die("bind");
+    if (listen(fd, 4) != 0) die("listen");
+    socklen_t len = sizeof a;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) die("getsockname");
+    *bound_port = ntohs(a.sin_port);
+    return fd;
+}
+
+// Echo server: the client first sends the message size as 4 bytes, then
+// ping-pongs; a size of 0 ends the connection.
+void serve(int lfd) {
+    const int fd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) die("accept");
+    set_nodelay(fd);
+    std::vector<uint8_t> buf(kMaxSize);
+    for (;;) {
+        uint32_t size = 0;
+        if (!read_full(fd, reinterpret_cast<uint8_t*>(&size), sizeof size) || size == 0) break;
+        if (size > kMaxSize) {
+            std::fprintf(stderr, "tcp_pingpong server: size %u too large\n", size);
+            std::exit(2);
+        }
+        for (;;) {
+            if (!read_full(fd, buf.data(), size)) {
+                close(fd);
+                return;
+            }
+            // A message starting with 0xff 0xfe.. ends this size's round.
+            const bool last = size >= 2 && buf[0] == 0xff && buf[1] == 0xfe;
+            write_full(fd, buf.data(), size);
+            if (last) break;
+        }
+    }
+    close(fd);
+}
+
+double pct(const std::vector<uint64_t>& sorted, double q) {
+    const size_t k = static_cast<size_t>(q * static_cast<double>(sorted.size() - 1) + 0.5);
+    return static_cast<double>(sorted[k]) / 1000.0;
+}
+
+void run_client(const Options& o, int port) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) die("socket");
+    sockaddr_in a = make_addr(o.host, port);
+    int tries = 0;
+    while (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+        if (++tries > 100) die("connect");
+        usleep(20000);
+    }
+    set_nodelay(fd);
+    std::vector<uint8_t> out(kMaxSize), in(kMaxSize);
+    for (size_t i = 0; i < kMaxSize; i++) out[i] = static_cast<uint8_t>(i * 131 + 7);
+    out[0] = 0x01;
+    for (size_t size : o.sizes) {
+        const uint32_t s32 = static_cast<uint32_t>(size);
+        write_full(fd, reinterpret_cast<const uint8_t*>(&s32), sizeof s32);
+        std::vector<uint64_t> samples(static_cast<size_t>(o.iterations));
+        const int total = o.warmup + o.iterations;
+        uint64_t begin = 0;
+        for (int i = 0; i < total; i++) {
+            if (i == o.warmup) begin = now_ns();
+            const uint64_t t0 = now_ns();
+            write_full(fd, out.data(), size);
+            if (!read_full(fd, in.data(), size)) {
+                std::fprintf(stderr, "tcp_pingpong: server closed the connection\n");
+                std::exit(2);
+            }
+            const uint64_t t1 = now_ns();
+            if (i >= o.warmup) samples[static_cast<size_t>(i - o.warmup)] = t1 - t0;
+        }
+        const uint64_t elapsed = now_ns() - begin;
+        if (std::memcmp(in.data(), out.data(), size) != 0) {
+            std::fprintf(stderr, "tcp_pingpong: echo differs from what was sent\n");
+            std::exit(2);
+        }
+        // End this size's round.
+        std::vector<uint8_t> last(out.begin(), out.begin() + static_cast<long>(size));
+        if (size >= 2) {
+            last[0] = 0xff;
+            last[1] = 0xfe;
+        }
+        write_full(fd, last.data(), size);
+        read_full(fd, in.data(), size);
+        double sum = 0;
+        for (uint64_t v : samples) sum += static_cast<double>(v);
+        std::sort(samples.begin(), samples.end());
+        std::printf(
+            "tcp_pingpong mode=%s size=%zu iterations=%d p50_us=%.2f p99_us=%.2f p999_us=%.2f "
+            "mean_us=%.2f ops_per_sec=%.0f\n",
+            o.busy_poll ? "busy-poll" : "blocking", size, o.iterations, pct(samples, 0.5),
+            pct(samples, 0.99), pct(samples, 0.999),
+            sum / static_cast<double>(samples.size()) / 1000.0,
+            o.iterations / (static_cast<double>(elapsed) / 1e9));
+        std::fflush(stdout);
+    }
+    const uint32_t zero = 0;
+    write_full(fd, reinterpret_cast<const uint8_t*>(&zero), sizeof zero);
+    close(fd);
+}
+
+Options parse(int argc, char** argv) {
+    Options o;
+    for (int i = 1; i < argc; i++) {
+        const std::string a = argv[i];
+        auto value = [&]() -> std::string {
+            if (i + 1 >= argc) usage();
+            return argv[++i];
+        };
+        if (a == "--sizes") {
+            o.sizes.clear();
+            std::string v = value();
+            size_t pos = 0;
+            while (pos <= v.size()) {
+                const size_t comma = v.find(',', pos);
+                const std::string item =
+                    v.substr(pos, comma == std::string::npos ? v.npos : comma - pos);
+                const long s = std::strtol(item.c_str(), nullptr, 10);
+                if (s < 2 || static_cast<size_t>(s) > kMaxSize) usage();
+                o.sizes.push_back(static_cast<size_t>(s));
+                if (comma == std::string::npos) break;
+                pos = comma + 1;
+            }
+        } else if (a == "--iterations") {
+            o.iterations = std::atoi(value().c_str());
+        } else if (a == "--warmup") {
+            o.warmup = std::atoi(value().c_str());
+        } else if (a == "--host") {
+            o.host = value();
+        } else if (a == "--port") {
+            o.port = std::atoi(value().c_str());
+        } else if (a == "--busy-poll") {
+            o.busy_poll = true;
+        } else if (a == "--server") {
+            o.server_only = true;
+        } else if (a == "--client") {
+            o.client_only = true;
+        } else {
+            usage();
+        }
+    }
+    if (o.iterations < 1 || o.warmup < 0 || o.sizes.empty() || (o.server_only && o.client_only))
+        usage();
+    if (o.client_only && o.port == 0) usage();
+    return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const Options o = parse(argc, argv);
+    g_busy_poll = o.busy_poll;
+    if (o.client_only) {
+        run_client(o, o.port);
+        return 0;
+    }
+    int port = 0;
+    const int lfd = listen_on(o.host, o.port, &port);
+    if (o.server_only) {
+        std::fprintf(stderr, "tcp_pingpong: listening on %s:%d\n", o.host.c_str(), port);
+        serve(lfd);
+        return 0;
+    }
+    const pid_t child = fork();
+    if (child < 0) die("fork");
+    if (child == 0) {
+        serve(lfd);
+        _exit(0);
+    }
+    close(lfd);
+    run_client(o, port);
+    int status = 0;
+    waitpid(child, &status, 0);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+}

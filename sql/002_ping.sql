@@ -1,0 +1,28 @@
+-- Round trips to this instance go through the real process path
+-- (backend -> listener -> LMS worker -> listener -> backend) on the stub tier.
+SELECT pgrac_ic_ping(1) > 0 AS ping_ok;
+SELECT p50_us > 0 AS p50_ok, p99_us >= p50_us AS p99_ok, p999_us >= p99_us AS p999_ok,
+       ops_per_sec > 0 AS rate_ok, iterations_done
+  FROM pgrac_ic_bench(1, 64, 200);
+SELECT iterations_done FROM pgrac_ic_bench(1, 8192, 50);
+SELECT iterations_done FROM pgrac_ic_bench(1, 65536, 5);
+
+-- The pings moved the counters and the latency percentiles.
+SELECT peer_node_id, msgs_sent >= 512 AS sent, msgs_recv >= 512 AS received,
+       latency_samples >= 256 AS samples, p50_latency_us > 0 AS p50,
+       p999_latency_us >= p50_latency_us AS ordered
+  FROM pg_cluster_rdma_counters ORDER BY peer_node_id NULLS LAST;
+
+-- Unknown nodes and bad arguments are clear errors.
+SELECT pgrac_ic_ping(2);
+SELECT pgrac_ic_ping(0);
+SELECT pgrac_ic_ping(-1);
+SELECT pgrac_ic_ping(NULL) IS NULL AS null_in_null_out;
+SELECT * FROM pgrac_ic_bench(1, -1, 10);
+SELECT * FROM pgrac_ic_bench(1, 65537, 10);
+SELECT * FROM pgrac_ic_bench(1, 64, 0);
+SELECT * FROM pgrac_ic_bench(9, 64, 10);
+
+-- The stub tier has no network: nothing failed on it so far.
+SELECT type, severity, description FROM pg_cluster_rdma_errors
+ WHERE type NOT IN ('unknown_node') ORDER BY occurred_at;

@@ -1,0 +1,474 @@
+#include "ic/ges_wire.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "ic/node_list.hpp"
+
+namespace pgrac::ic::ges {
+
+namespace {
+
+class Writer {
+  public:
+    explicit Writer(std::vector<uint8_t>* out) : out_(out) {}
+    void u8(uint8_t v) { out_->push_back(v); }
+    void u16(uint16_t v) { put(v, 2); }
+    void u32(uint32_t v) { put(v, 4); }
+    void u64(uint64_t v) { put(v, 8); }
+    void owner(Owner o) {
+        u16(o.node);
+        u32(o.proc);
+    }
+    void resource(const ResourceName& r) {
+        u8(static_cast<uint8_t>(r.kind));
+        u8(r.len);
+        out_->insert(out_->end(), r.data, r.data + r.len);
+    }
+
+  private:
+    void put(uint64_t v, int n) {
+        for (int i = 0; i < n; ++i) out_->push_back(static_cast<uint8_t>(v >> (8 * i)));
+    }
+    std::vector<uint8_t>* out_;
+};
+
+// Reads fields in order; the first failure sticks and later reads return 0.
+class Reader {
+  public:
+    Reader(const uint8_t* p, size_t n) : p_(p), n_(n) {}
+    uint8_t u8() { return static_cast<uint8_t>(get(1)); }
+    uint16_t u16() { return static_cast<uint16_t>(get(2)); }
+    uint32_t u32() { return static_cast<uint32_t>(get(4)); }
+    uint64_t u64() { return get(8); }
+    const uint8_t* bytes(size_t n) {
+        if (!ok_ || n_ - pos_ < n) {
+            ok_ = false;
+            return nullptr;
+        }
+        const uint8_t* b = p_ + pos_;
+        pos_ += n;
+        return b;
+    }
+    bool ok() const { return ok_; }
+    bool at_end() const { return pos_ == n_; }
+
+  private:
+    uint64_t get(size_t n) {
+        const uint8_t* b = bytes(n);
+        uint64_t v = 0;
+        if (b != nullptr)
+            for (size_t i = 0; i < n; ++i) v |= static_cast<uint64_t>(b[i]) << (8 * i);
+        return v;
+    }
+    const uint8_t* p_;
+    size_t n_;
+    size_t pos_ = 0;
+    bool ok_ = true;
+};
+
+// Field checks shared by encode and decode.
+
+bool node_ok(uint16_t node) {
+    return node >= 1 && node <= kMaxNodes;
+}
+
+bool mode_ok(LockMode m) {
+    return lock_mode_valid(static_cast<uint8_t>(m));
+}
+
+bool resource_ok(const ResourceName& r) {
+    if (r.kind == ResourceKind::Int) return r.len == 8;
+    if (r.kind != ResourceKind::Text || r.len == 0 || r.len > kMaxResourceText) return false;
+    return std::memchr(r.data, 0, r.len) == nullptr;
+}
+
+bool cancel_reason_ok(DenyReason r) {
+    return r == DenyReason::Cancelled || r == DenyReason::Timeout || r == DenyReason::Deadlock;
+}
+
+bool deny_reason_ok(DenyReason r) {
+    const auto v = static_cast<uint8_t>(r);
+    return v >= 1 && v <= kMaxDenyReason;
+}
+
+GesWireError check_entry(const ReplayEntry& e) {
+    if (!node_ok(e.owner.node)) return GesWireError::BadNode;
+    if (e.request_id == 0) return GesWireError::BadRequestId;
+    if (!mode_ok(e.granted_mode) || !mode_ok(e.requested_mode)) return GesWireError::BadMode;
+    if ((e.flags & ~kKnownRequestFlags) != 0) return GesWireError::BadFlags;
+    switch (e.state) {
+        case LockState::Granted:
+            if (e.requested_mode != e.granted_mode) return GesWireError::BadState;
+            break;
+        case LockState::Converting:
+            if (e.requested_mode == e.granted_mode) return GesWireError::BadState;
+            break;
+        case LockState::Waiting:
+            if (e.granted_mode != LockMode::NL) return GesWireError::BadState;
+            break;
+        default:
+            return GesWireError::BadState;
+    }
+    if (!resource_ok(e.resource)) return GesWireError::BadResource;
+    return GesWireError::None;
+}
+
+// Everything but the framing: what must hold of a message of its type.
+GesWireError check_message(const GesMessage& m) {
+    const auto t = static_cast<uint8_t>(m.type);
+    if (t == 0 || t > kMaxGesMsgType) return GesWireError::BadType;
+    if (m.type == GesMsgType::Replay) {
+        if ((m.flags & ~kReplayLast) != 0) return GesWireError::BadFlags;
+        if (m.entries.size() > kMaxReplayEntries) return GesWireError::BadCount;
+        for (const ReplayEntry& e : m.entries)
+            if (GesWireError err = check_entry(e); err != GesWireError::None) return err;
+        return GesWireError::None;
+    }
+    if (!node_ok(m.owner.node)) return GesWireError::BadNode;
+    if (m.type == GesMsgType::ReleaseAll) return GesWireError::None;
+    const bool has_id = m.type != GesMsgType::Release;
+    if (has_id && m.type != GesMsgType::Cancel && m.request_id == 0)
+        return GesWireError::BadRequestId;
+    switch (m.type) {
+        case GesMsgType::Request:
+        case GesMsgType::Convert:
+            if (!mode_ok(m.mode)) return GesWireError::BadMode;
+            if ((m.flags & ~kKnownRequestFlags) != 0) return GesWireError::BadFlags;
+            break;
+        case GesMsgType::Cancel:
+            if (!cancel_reason_ok(m.reason)) return GesWireError::BadReason;
+            break;
+        case GesMsgType::Grant:
+            if (!mode_ok(m.mode)) return GesWireError::BadMode;
+            break;
+        case GesMsgType::Bast:
+            // NL never blocks anyone, so a BAST for it is nonsense.
+            if (!mode_ok(m.mode) || m.mode == LockMode::NL) return GesWireError::BadMode;
+            break;
+        case GesMsgType::Deny:
+            if (!mode_ok(m.mode)) return GesWireError::BadMode;
+            if (!deny_reason_ok(m.reason)) return GesWireError::BadReason;
+            break;
+        default:
+            break;
+    }
+    if (!resource_ok(m.resource)) return GesWireError::BadResource;
+    return GesWireError::None;
+}
+
+// Reads a resource, checking each part as soon as it is read; returns false
+// (with the error) when it does not parse.
+bool read_resource(Reader& r, ResourceName* out, GesWireError* err) {
+    const uint8_t kind = r.u8();
+    const uint8_t len = r.u8();
+    if (!r.ok()) {
+        *err = GesWireError::Truncated;
+        return false;
+    }
+    const bool is_text = kind == static_cast<uint8_t>(ResourceKind::Text);
+    const bool is_int = kind == static_cast<uint8_t>(ResourceKind::Int);
+    if (!(is_text && len >= 1 && len <= kMaxResourceText) && !(is_int && len == 8)) {
+        *err = GesWireError::BadResource;
+        return false;
+    }
+    const uint8_t* b = r.bytes(len);
+    if (b == nullptr) {
+        *err = GesWireError::Truncated;
+        return false;
+    }
+    ResourceName res;
+    res.kind = static_cast<ResourceKind>(kind);
+    res.len = len;
+    std::memset(res.data, 0, sizeof res.data);
+    std::memcpy(res.data, b, len);
+    if (!resource_ok(res)) {  // a NUL in the text
+        *err = GesWireError::BadResource;
+        return false;
+    }
+    *out = res;
+    return true;
+}
+
+Owner read_owner(Reader& r) {
+    Owner o;
+    o.node = r.u16();
+    o.proc = r.u32();
+    return o;
+}
+
+}  // namespace
+
+const char* ges_msg_type_name(GesMsgType t) {
+    switch (t) {
+        case GesMsgType::Request:
+            return "request";
+        case GesMsgType::Convert:
+            return "convert";
+        case GesMsgType::Release:
+            return "release";
+        case GesMsgType::ReleaseAll:
+            return "release_all";
+        case GesMsgType::Cancel:
+            return "cancel";
+        case GesMsgType::Grant:
+            return "grant";
+        case GesMsgType::Bast:
+            return "bast";
+        case GesMsgType::Deny:
+            return "deny";
+        case GesMsgType::Replay:
+            return "replay";
+    }
+    return "unknown";
+}
+
+const char* ges_wire_error_name(GesWireError e) {
+    switch (e) {
+        case GesWireError::None:
+            return "none";
+        case GesWireError::Truncated:
+            return "truncated";
+        case GesWireError::TrailingBytes:
+            return "trailing_bytes";
+        case GesWireError::BadVersion:
+            return "bad_version";
+        case GesWireError::BadType:
+            return "bad_type";
+        case GesWireError::BadReserved:
+            return "bad_reserved";
+        case GesWireError::BadNode:
+            return "bad_node";
+        case GesWireError::BadRequestId:
+            return "bad_request_id";
+        case GesWireError::BadMode:
+            return "bad_mode";
+        case GesWireError::BadFlags:
+            return "bad_flags";
+        case GesWireError::BadReason:
+            return "bad_reason";
+        case GesWireError::BadResource:
+            return "bad_resource";
+        case GesWireError::BadState:
+            return "bad_state";
+        case GesWireError::BadCount:
+            return "bad_count";
+    }
+    return "unknown";
+}
+
+bool operator==(const GesMessage& a, const GesMessage& b) {
+    if (a.type != b.type) return false;
+    switch (a.type) {
+        case GesMsgType::Request:
+        case GesMsgType::Convert:
+            return a.owner == b.owner && a.request_id == b.request_id && a.mode == b.mode &&
+                   a.flags == b.flags && a.timeout_ms == b.timeout_ms && a.resource == b.resource;
+        case GesMsgType::Release:
+            return a.owner == b.owner && a.resource == b.resource;
+        case GesMsgType::ReleaseAll:
+            return a.owner == b.owner;
+        case GesMsgType::Cancel:
+            return a.owner == b.owner && a.request_id == b.request_id && a.reason == b.reason &&
+                   a.resource == b.resource;
+        case GesMsgType::Grant:
+        case GesMsgType::Bast:
+            return a.owner == b.owner && a.request_id == b.request_id && a.mode == b.mode &&
+                   a.resource == b.resource;
+        case GesMsgType::Deny:
+            return a.owner == b.owner && a.request_id == b.request_id && a.mode == b.mode &&
+                   a.reason == b.reason && a.resource == b.resource;
+        case GesMsgType::Replay:
+            return a.flags == b.flags && a.entries == b.entries;
+    }
+    return false;
+}
+
+GesWireError encode_ges_message(const GesMessage& m, std::vector<uint8_t>* out) {
+    if (GesWireError e = check_message(m); e != GesWireError::None) return e;
+    Writer w(out);
+    w.u8(kGesWireVersion);
+    w.u8(static_cast<uint8_t>(m.type));
+    w.u16(0);
+    switch (m.type) {
+        case GesMsgType::Request:
+        case GesMsgType::Convert:
+            w.owner(m.owner);
+            w.u64(m.request_id);
+            w.u8(static_cast<uint8_t>(m.mode));
+            w.u8(m.flags);
+            w.u32(m.timeout_ms);
+            w.resource(m.resource);
+            break;
+        case GesMsgType::Release:
+            w.owner(m.owner);
+            w.resource(m.resource);
+            break;
+        case GesMsgType::ReleaseAll:
+            w.owner(m.owner);
+            break;
+        case GesMsgType::Cancel:
+            w.owner(m.owner);
+            w.u64(m.request_id);
+            w.u8(static_cast<uint8_t>(m.reason));
+            w.resource(m.resource);
+            break;
+        case GesMsgType::Grant:
+        case GesMsgType::Bast:
+            w.owner(m.owner);
+            w.u64(m.request_id);
+            w.u8(static_cast<uint8_t>(m.mode));
+            w.resource(m.resource);
+            break;
+        case GesMsgType::Deny:
+            w.owner(m.owner);
+            w.u64(m.request_id);
+            w.u8(static_cast<uint8_t>(m.mode));
+            w.u8(static_cast<uint8_t>(m.reason));
+            w.resource(m.resource);
+            break;
+        case GesMsgType::Replay:
+            w.u8(m.flags);
+            w.u8(0);
+            w.u16(static_cast<uint16_t>(m.entries.size()));
+            for (const ReplayEntry& e : m.entries) {
+                w.owner(e.owner);
+                w.u64(e.request_id);
+                w.u64(static_cast<uint64_t>(e.since));
+                w.u8(static_cast<uint8_t>(e.state));
+                w.u8(static_cast<uint8_t>(e.granted_mode));
+                w.u8(static_cast<uint8_t>(e.requested_mode));
+                w.u8(e.flags);
+                w.resource(e.resource);
+            }
+            break;
+    }
+    return GesWireError::None;
+}
+
+GesWireError decode_ges_message(const uint8_t* in, size_t len, GesMessage* out) {
+    Reader r(in, len);
+    const uint8_t version = r.u8();
+    const uint8_t type = r.u8();
+    const uint16_t reserved = r.u16();
+    if (!r.ok()) return GesWireError::Truncated;
+    if (version != kGesWireVersion) return GesWireError::BadVersion;
+    if (type == 0 || type > kMaxGesMsgType) return GesWireError::BadType;
+    if (reserved != 0) return GesWireError::BadReserved;
+
+    GesMessage m;
+    m.type = static_cast<GesMsgType>(type);
+    GesWireError err = GesWireError::None;
+    // Raw bytes go into the enum fields unchecked; check_message() below
+    // rejects every value outside the enum before anyone sees the message.
+    switch (m.type) {
+        case GesMsgType::Request:
+        case GesMsgType::Convert:
+            m.owner = read_owner(r);
+            m.request_id = r.u64();
+            m.mode = static_cast<LockMode>(r.u8());
+            m.flags = r.u8();
+            m.timeout_ms = r.u32();
+            if (!read_resource(r, &m.resource, &err)) return err;
+            break;
+        case GesMsgType::Release:
+            m.owner = read_owner(r);
+            if (!read_resource(r, &m.resource, &err)) return err;
+            break;
+        case GesMsgType::ReleaseAll:
+            m.owner = read_owner(r);
+            break;
+        case GesMsgType::Cancel:
+            m.owner = read_owner(r);
+            m.request_id = r.u64();
+            m.reason = static_cast<DenyReason>(r.u8());
+            if (!read_resource(r, &m.resource, &err)) return err;
+            break;
+        case GesMsgType::Grant:
+        case GesMsgType::Bast:
+            m.owner = read_owner(r);
+            m.request_id = r.u64();
+            m.mode = static_cast<LockMode>(r.u8());
+            if (!read_resource(r, &m.resource, &err)) return err;
+            break;
+        case GesMsgType::Deny:
+            m.owner = read_owner(r);
+            m.request_id = r.u64();
+            m.mode = static_cast<LockMode>(r.u8());
+            m.reason = static_cast<DenyReason>(r.u8());
+            if (!read_resource(r, &m.resource, &err)) return err;
+            break;
+        case GesMsgType::Replay: {
+            m.flags = r.u8();
+            const uint8_t reserved2 = r.u8();
+            const uint16_t count = r.u16();
+            if (!r.ok()) return GesWireError::Truncated;
+            if (reserved2 != 0) return GesWireError::BadReserved;
+            if (count > kMaxReplayEntries) return GesWireError::BadCount;
+            for (uint16_t i = 0; i < count; ++i) {
+                ReplayEntry e;
+                e.owner = read_owner(r);
+                e.request_id = r.u64();
+                e.since = static_cast<int64_t>(r.u64());
+                e.state = static_cast<LockState>(r.u8());
+                e.granted_mode = static_cast<LockMode>(r.u8());
+                e.requested_mode = static_cast<LockMode>(r.u8());
+                e.flags = r.u8();
+                if (!read_resource(r, &e.resource, &err)) return err;
+                // Checked as it is read, so a bad entry fails before the rest is parsed.
+                if (GesWireError ee = check_entry(e); ee != GesWireError::None) return ee;
+                m.entries.push_back(e);
+            }
+            break;
+        }
+    }
+    if (!r.ok()) return GesWireError::Truncated;
+    if (!r.at_end()) return GesWireError::TrailingBytes;
+    if (GesWireError e = check_message(m); e != GesWireError::None) return e;
+    *out = std::move(m);
+    return GesWireError::None;
+}
+
+std::vector<std::vector<uint8_t>> encode_replay_messages(const std::vector<ReplayEntry>& entries) {
+    // Entries that would not decode (the registry never makes one) are left
+    // out rather than sent for the master to reject the whole batch.
+    std::vector<ReplayEntry> valid;
+    for (const ReplayEntry& e : entries)
+        if (check_entry(e) == GesWireError::None) valid.push_back(e);
+    std::vector<std::vector<uint8_t>> out;
+    size_t pos = 0;
+    do {
+        const size_t n = std::min<size_t>(kMaxReplayEntries, valid.size() - pos);
+        GesMessage m;
+        m.type = GesMsgType::Replay;
+        m.entries.assign(valid.begin() + pos, valid.begin() + pos + n);
+        pos += n;
+        m.flags = pos == valid.size() ? kReplayLast : 0;
+        out.emplace_back();
+        encode_ges_message(m, &out.back());
+    } while (pos < valid.size());
+    return out;
+}
+
+GesMessage message_for_event(const Event& e) {
+    GesMessage m;
+    m.owner = e.owner;
+    m.resource = e.resource;
+    m.mode = e.mode;
+    m.request_id = e.request_id;
+    switch (e.type) {
+        case EventType::Granted:
+            m.type = GesMsgType::Grant;
+            break;
+        case EventType::Bast:
+            m.type = GesMsgType::Bast;
+            break;
+        case EventType::Denied:
+            m.type = GesMsgType::Deny;
+            m.reason = e.reason;
+            break;
+    }
+    return m;
+}
+
+}  // namespace pgrac::ic::ges

@@ -1,0 +1,103 @@
+// Wire encoding of GES messages: the body of an interconnect message, a small
+// fixed little-endian format. Decoding treats the bytes as untrusted network
+// input: every field is range-checked and the message must use every byte.
+//
+// Every message starts with
+//   0 u8 version (1)   1 u8 type (GesMsgType)   2 u16 reserved (0)
+// then, by type (owner = u16 node (1..64), u32 proc;
+//                resource = u8 kind (1 text, 2 bigint), u8 len, len bytes:
+//                text 1..64 bytes without NUL, bigint exactly 8 bytes LE):
+//   Request, Convert  owner, u64 request_id, u8 mode, u8 flags, u32 timeout_ms, resource
+//   Release           owner, resource
+//   ReleaseAll        owner
+//   Cancel            owner, u64 request_id (0: whatever is pending), u8 reason, resource
+//                     (reason: cancelled, timeout or deadlock)
+//   Grant             owner, u64 request_id, u8 mode, resource
+//   Bast              owner (the holder), u64 grant's request_id, u8 blocked mode (not NL),
+//   resource Deny              owner, u64 request_id, u8 mode, u8 reason, resource Replay u8 flags
+//   (bit 0: last batch from this node), u8 reserved (0), u16 count,
+//                     count entries: owner, u64 request_id, i64 since, u8 state,
+//                     u8 granted_mode, u8 requested_mode, u8 flags, resource
+// request_id is nonzero everywhere except Cancel. Replay entries must be
+// consistent: Granted has requested == granted, Converting has them differ,
+// Waiting has granted 0 (NL).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "ic/ges_types.hpp"
+
+namespace pgrac::ic::ges {
+
+inline constexpr uint8_t kGesWireVersion = 1;
+
+enum class GesMsgType : uint8_t {
+    Request = 1,
+    Convert = 2,
+    Release = 3,
+    ReleaseAll = 4,
+    Cancel = 5,
+    Grant = 6,
+    Bast = 7,
+    Deny = 8,
+    Replay = 9,
+};
+inline constexpr uint8_t kMaxGesMsgType = 9;
+const char* ges_msg_type_name(GesMsgType t);
+
+enum ReplayFlag : uint8_t { kReplayLast = 0x01 };
+
+// Largest encoded entry is 92 bytes; this many fit in one PGRAC_IC_MAX_MESSAGE
+// (64 KiB) body with room to spare.
+inline constexpr uint16_t kMaxReplayEntries = 700;
+inline constexpr size_t kMaxGesMessage = 65536;
+
+// One decoded message; only the fields its type uses are meaningful.
+struct GesMessage {
+    GesMsgType type = GesMsgType::Request;
+    Owner owner;
+    ResourceName resource;
+    LockMode mode = LockMode::NL;
+    uint64_t request_id = 0;
+    uint8_t flags = 0;        // Request/Convert: RequestFlag; Replay: ReplayFlag
+    uint32_t timeout_ms = 0;  // Request/Convert: the requester's wait limit, 0 = none
+    DenyReason reason = DenyReason::Cancelled;  // Cancel, Deny
+    std::vector<ReplayEntry> entries;           // Replay
+};
+bool operator==(const GesMessage& a, const GesMessage& b);
+
+enum class GesWireError : uint8_t {
+    None = 0,
+    Truncated,      // ends inside a field
+    TrailingBytes,  // bytes left after the message
+    BadVersion,
+    BadType,
+    BadReserved,   // a reserved field is not zero
+    BadNode,       // owner node outside 1..64
+    BadRequestId,  // zero where a request id is required
+    BadMode,
+    BadFlags,
+    BadReason,
+    BadResource,  // unknown kind, bad length, NUL in text
+    BadState,     // replay entry state unknown or inconsistent with its modes
+    BadCount,     // replay count above kMaxReplayEntries
+};
+const char* ges_wire_error_name(GesWireError e);
+
+// Validates m as decode() would and appends its encoding to out; on error out
+// is unchanged.
+GesWireError encode_ges_message(const GesMessage& m, std::vector<uint8_t>* out);
+GesWireError decode_ges_message(const uint8_t* in, size_t len, GesMessage* out);
+
+// A node's whole replay to one master, split into messages of at most
+// kMaxReplayEntries entries; the last carries kReplayLast (an empty replay is
+// one message with count 0, so the master still hears "done"). Entries that
+// would not decode are left out.
+std::vector<std::vector<uint8_t>> encode_replay_messages(const std::vector<ReplayEntry>& entries);
+
+// Glue helpers: the message that tells a requester about an event.
+GesMessage message_for_event(const Event& e);
+
+}  // namespace pgrac::ic::ges

@@ -1,0 +1,61 @@
+// pgrac_ic_broadcast and pgrac_ic_seq_rpc: the C API's broadcast and an
+// exactly-once probe, callable from SQL so that operators and the failure
+// tests can see delivery across the cluster.
+extern "C" {
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "utils/builtins.h"
+
+PG_FUNCTION_INFO_V1(pgrac_ic_broadcast_note);
+PG_FUNCTION_INFO_V1(pgrac_ic_seq_rpc);
+}
+
+#include "ic/seq_check.hpp"
+#include "ic/shared_state.hpp"
+#include "shmem.hpp"
+#include "views/ic_errors.hpp"
+
+using namespace pgrac::ic;
+
+// Sends a one-way note to every other node; returns how many nodes it was
+// queued for. Fails on the first node it cannot queue to.
+Datum pgrac_ic_broadcast_note(PG_FUNCTION_ARGS) {
+    bytea* body = PG_GETARG_BYTEA_PP(0);
+    const uint32_t len = static_cast<uint32_t>(VARSIZE_ANY_EXHDR(body));
+    int sent = 0;
+    for (const NodeAddress& n : pgrac::glue::configured_nodes()) {
+        if (n.node_id == pgrac_ic_my_node_id()) continue;
+        const int rc = pgrac_ic_send(n.node_id, PGRAC_IC_MSG_NOTE, 0, VARDATA_ANY(body), len, 0, -1);
+        if (rc != PGRAC_IC_OK) pgrac::glue::raise_status(rc, n.node_id, "broadcast", nullptr, 0);
+        sent++;
+    }
+    PG_RETURN_INT32(sent);
+}
+
+// One exactly-once probe RPC: applies seq to this backend's stream on `node`
+// and returns "applied", "duplicate" or "reordered".
+Datum pgrac_ic_seq_rpc(PG_FUNCTION_ARGS) {
+    const int node = PG_GETARG_INT32(0);
+    const int stream = PG_GETARG_INT32(1);
+    const int64 seq = PG_GETARG_INT64(2);
+    pgrac::glue::require_known_node(node);
+    if (stream < 0 || stream >= kSeqStreams)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("stream must be between 0 and %d", kSeqStreams - 1)));
+    if (seq < 0)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("seq must not be negative")));
+    uint8_t body[12];
+    for (int i = 0; i < 4; i++) body[i] = static_cast<uint8_t>(static_cast<uint32_t>(stream) >> (8 * i));
+    for (int i = 0; i < 8; i++) body[4 + i] = static_cast<uint8_t>(static_cast<uint64_t>(seq) >> (8 * i));
+    uint8_t reply[256];
+    uint32_t reply_len = 0;
+    const int rc = pgrac_ic_rpc(node, PGRAC_IC_MSG_SEQ, static_cast<uint32_t>(stream), body,
+                                sizeof body, reply, sizeof reply, &reply_len, 0, -1);
+    if (rc != PGRAC_IC_OK) pgrac::glue::raise_status(rc, node, "seq probe", reply, reply_len);
+    if (reply_len != 1 || reply[0] > static_cast<uint8_t>(SeqOutcome::Reordered))
+        ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+                        errmsg("pgrac_ic seq probe to node %d: malformed reply of %u bytes", node,
+                               reply_len)));
+    PG_RETURN_TEXT_P(cstring_to_text(seq_outcome_name(static_cast<SeqOutcome>(reply[0]))));
+}

@@ -1,0 +1,94 @@
+
+# Three instances over tier3 (TCP): every pair pings, broadcast reaches all,
+# the per-peer views fill, and the RPC bench runs through the full path.
+use strict;
+use warnings;
+
+use FindBin;
+use lib $FindBin::RealBin;
+use PgracCluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $c = PgracCluster->new(n => 3, tier => 'tier3');
+
+for my $i (1 .. 3)
+{
+	my $node = $c->node($i);
+	is($node->safe_psql('postgres', 'SELECT tier FROM pg_cluster_rdma_status'),
+		'tier3', "node $i runs tier3");
+	for my $j (1 .. 3)
+	{
+		cmp_ok($node->safe_psql('postgres', "SELECT pgrac_ic_ping($j)"),
+			'>', 0, "node $i pings node $j");
+	}
+}
+
+# Broadcast: a one-way note to every other node, taken by an LMS worker there.
+is($c->node(1)->safe_psql('postgres', q{SELECT pgrac_ic_broadcast('\x0102')}),
+	'2', 'broadcast from node 1 is queued for two nodes');
+is($c->node(3)->safe_psql('postgres', q{SELECT pgrac_ic_broadcast('\x03')}),
+	'2', 'broadcast from node 3 is queued for two nodes');
+for my $i (2, 3)
+{
+	ok( $c->node($i)->poll_query_until('postgres',
+			'SELECT notes_recv = 1 FROM pg_cluster_ic_peers WHERE node_id = 1'),
+		"node $i received node 1's broadcast exactly once");
+}
+ok( $c->node(1)->poll_query_until('postgres',
+		'SELECT notes_recv = 1 FROM pg_cluster_ic_peers WHERE node_id = 3'),
+	"node 1 received node 3's broadcast");
+
+# Views: every peer UP with a heartbeat RTT, a shared epoch, per-peer counters.
+my $peers = $c->node(2)->safe_psql('postgres',
+	q{SELECT string_agg(node_id || ':' || state || ':' || is_self || ':' || paths_up || '/' || paths
+	                     || ':' || (rtt_us IS NOT NULL OR is_self), ' ' ORDER BY node_id)
+	    FROM pg_cluster_ic_peers});
+is($peers, '1:UP:false:2/2:true 2:UP:true:0/0:true 3:UP:false:2/2:true',
+	'node 2 sees both peers UP on both paths, with RTTs');
+ok( $c->node(2)->poll_query_until('postgres',
+		q{SELECT bool_and(rtt_us > 0) FROM pg_cluster_ic_peers WHERE NOT is_self}),
+	'heartbeat RTTs are measured');
+
+my $bench = $c->node(1)->safe_psql('postgres',
+	q{SELECT iterations_done, p50_us > 0, p99_us >= p50_us, ops_per_sec > 0
+	    FROM pgrac_ic_bench(2, 64, 2000)});
+is($bench, '2000|t|t|t', '64-byte RPC bench to node 2');
+$bench = $c->node(1)->safe_psql('postgres',
+	q{SELECT iterations_done FROM pgrac_ic_bench(3, 8192, 500)});
+is($bench, '500', '8 KiB RPC bench to node 3');
+$bench = $c->node(3)->safe_psql('postgres',
+	q{SELECT iterations_done FROM pgrac_ic_bench(1, 65536, 50)});
+is($bench, '50', '64 KiB RPC bench from node 3 to node 1');
+
+my $counters = $c->node(1)->safe_psql('postgres',
+	q{SELECT msgs_sent >= 2000, msgs_recv >= 2000, bytes_sent > 2000 * 64, rpcs_sent >= 2000,
+	         latency_samples >= 2000, p50_latency_us > 0, p999_latency_us >= p99_latency_us
+	    FROM pg_cluster_rdma_counters WHERE peer_node_id = 2});
+is($counters, 't|t|t|t|t|t|t', 'node 1 counters for node 2 moved');
+is( $c->node(2)->safe_psql('postgres',
+		q{SELECT rpcs_served >= 2000 FROM pg_cluster_rdma_counters WHERE peer_node_id = 1}),
+	't', 'node 2 served the RPCs of node 1');
+
+# Exactly-once probe in order: every number applied once.
+my $outcomes = $c->node(2)->safe_psql('postgres',
+	q{SELECT string_agg(DISTINCT pgrac_ic_seq_rpc(3, 0, s), ',') FROM generate_series(1, 200) s});
+is($outcomes, 'applied', 'ordered probe stream: every message applied once');
+is($c->node(2)->safe_psql('postgres', 'SELECT pgrac_ic_seq_rpc(3, 0, 200)'),
+	'duplicate', 'the probe does detect a repeated number');
+
+# pgrac_ctl status reads the same views over libpq.
+my ($out, $err);
+my $ok = IPC::Run::run(
+	[ 'pgrac_ctl', 'status', '-h', $c->node(1)->host, '-p', $c->node(1)->port, '-d', 'postgres' ],
+	'>', \$out, '2>', \$err);
+ok($ok, 'pgrac_ctl status exits 0') or diag($err);
+like($out, qr/tier3/, 'pgrac_ctl status shows the tier');
+like($out, qr/\bUP\b/, 'pgrac_ctl status shows peers UP');
+
+is($c->node(1)->safe_psql('postgres',
+		q{SELECT count(*) FROM pg_cluster_rdma_errors WHERE severity = 'ERROR'}),
+	'0', 'no errors on node 1');
+
+$c->stop_all;
+done_testing();

@@ -1,0 +1,146 @@
+
+# Copyright: pgrac_ic authors. Test helper: an N-instance pgrac_ic cluster on
+# loopback, every instance a physical copy of one data directory (same system
+# identifier and relfilenodes, as instances on shared storage would have).
+package PgracCluster;
+
+use strict;
+use warnings;
+
+use File::Copy;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::RecursiveCopy;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+# PgracCluster->new(n => 3, tier => 'tier3', conf => "extra lines",
+#                   node_conf => { 2 => "lines for node 2" }, start => 1)
+sub new
+{
+	my ($class, %args) = @_;
+	my $n = $args{n} // 3;
+	my $self = bless {
+		n => $n,
+		tier => $args{tier} // 'tier3',
+		nodes => [],
+		ic_ports => [],
+	}, $class;
+
+	$self->{ic_ports} = [ map { PostgreSQL::Test::Cluster::get_free_port() } 1 .. $n ];
+	$self->{key_file} = $self->write_key('pgrac.key', 0600);
+
+	my $first = PostgreSQL::Test::Cluster->new('node1');
+	$first->init;
+	push @{ $self->{nodes} }, $first;
+	for my $i (2 .. $n)
+	{
+		my $node = PostgreSQL::Test::Cluster->new("node$i");
+		PostgreSQL::Test::RecursiveCopy::copypath($first->data_dir, $node->data_dir);
+		chmod 0700, $node->data_dir;
+		push @{ $self->{nodes} }, $node;
+	}
+	for my $i (1 .. $n)
+	{
+		my $node = $self->node($i);
+		$node->append_conf('postgresql.conf', $self->conf_for($i));
+		$node->append_conf('postgresql.conf', $args{conf}) if $args{conf};
+		$node->append_conf('postgresql.conf', $args{node_conf}{$i})
+		  if $args{node_conf} && $args{node_conf}{$i};
+	}
+	$self->start_all if $args{start} // 1;
+	return $self;
+}
+
+# A fresh random key file (hex) with the given mode; returns its path.
+sub write_key
+{
+	my ($self, $name, $mode) = @_;
+	my $path = "$PostgreSQL::Test::Utils::tmp_check/$name";
+	open my $fh, '>', $path or die "cannot write $path: $!";
+	print $fh join('', map { sprintf '%02x', int(rand(256)) } 1 .. 32), "\n";
+	close $fh;
+	chmod $mode, $path;
+	return $path;
+}
+
+sub nodes_setting
+{
+	my ($self) = @_;
+	return join(',', map { "$_\@127.0.0.1:$self->{ic_ports}[$_ - 1]" } 1 .. $self->{n});
+}
+
+sub conf_for
+{
+	my ($self, $i) = @_;
+	my $port = $self->node($i)->port;
+	return <<"EOC";
+port = $port
+shared_preload_libraries = 'pgrac_ic'
+cluster.interconnect_tier = $self->{tier}
+cluster.node_id = $i
+cluster.nodes = '@{[ $self->nodes_setting ]}'
+cluster.auth_key_file = '$self->{key_file}'
+cluster.heartbeat_interval = 200ms
+cluster.peer_timeout = 2s
+cluster.rpc_timeout = 5s
+cluster.lms_workers = 2
+EOC
+}
+
+sub n { return $_[0]->{n}; }
+sub node { my ($self, $i) = @_; return $self->{nodes}[ $i - 1 ]; }
+sub nodes { return @{ $_[0]->{nodes} }; }
+sub ic_port { my ($self, $i) = @_; return $self->{ic_ports}[ $i - 1 ]; }
+
+sub start_all
+{
+	my ($self) = @_;
+	$_->start for $self->nodes;
+	for my $node ($self->nodes)
+	{
+		$node->safe_psql('postgres', 'CREATE EXTENSION IF NOT EXISTS pgrac_ic');
+	}
+	$self->wait_all_up;
+}
+
+# Waits until node i sees every node UP (bounded by the test timeout).
+sub wait_up
+{
+	my ($self, $i, $expected) = @_;
+	$expected //= $self->{n};
+	return $self->node($i)->poll_query_until('postgres',
+		"SELECT count(*) = $expected FROM pg_cluster_ic_peers WHERE state = 'UP'");
+}
+
+sub wait_all_up
+{
+	my ($self) = @_;
+	for my $i (1 .. $self->{n})
+	{
+		ok($self->wait_up($i), "node $i sees all $self->{n} nodes UP");
+	}
+}
+
+# Waits until node i sees node j in the given state.
+sub wait_peer_state
+{
+	my ($self, $i, $j, $state) = @_;
+	return $self->node($i)->poll_query_until('postgres',
+		"SELECT state = '$state' FROM pg_cluster_ic_peers WHERE node_id = $j");
+}
+
+# PID of an instance's background worker by backend_type ("pgrac_ic listener").
+sub worker_pid
+{
+	my ($self, $i, $type) = @_;
+	return $self->node($i)->safe_psql('postgres',
+		"SELECT pid FROM pg_stat_activity WHERE backend_type = '$type'");
+}
+
+sub stop_all
+{
+	my ($self, $mode) = @_;
+	$_->stop($mode // 'fast') for $self->nodes;
+}
+
+1;

@@ -1,0 +1,132 @@
+// The verbs tier's device-independent pieces: the MR cache (with a fake
+// registrar) and the buffer pool. These run everywhere, RDMA device or not.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tiers/verbs_buffer_pool.hpp"
+#include "tiers/verbs_mr_cache.hpp"
+
+using namespace pgrac::tiers;
+
+namespace {
+
+class FakeRegistrar : public MrRegistrar {
+  public:
+    std::set<void*> live;
+    int regs = 0, deregs = 0;
+    bool fail = false;
+    bool reg(void* addr, size_t, MrHandle* out, std::string* error) override {
+        if (fail) {
+            *error = "fake failure";
+            return false;
+        }
+        ++regs;
+        out->mr = addr;
+        out->lkey = static_cast<uint32_t>(regs);
+        live.insert(addr);
+        return true;
+    }
+    void dereg(const MrHandle& h) override {
+        ++deregs;
+        live.erase(h.mr);
+    }
+};
+
+}  // namespace
+
+TEST(VerbsMrCache, HitsMissesAndLru) {
+    FakeRegistrar r;
+    std::vector<char> mem(4096);
+    std::string error;
+    {
+        MrCache cache(r, 2);
+        const MrHandle* a = cache.acquire(&mem[0], 100, false, &error);
+        ASSERT_NE(a, nullptr);
+        EXPECT_EQ(cache.acquire(&mem[0], 100, false, &error), a);  // hit
+        EXPECT_NE(cache.acquire(&mem[0], 200, false, &error), a);  // other length: other key
+        cache.acquire(&mem[0], 100, false, &error);                // hit: now most recent
+        cache.acquire(&mem[1000], 100, false, &error);             // evicts {0,200}
+        MrCache::Stats s = cache.stats();
+        EXPECT_EQ(s.hits, 2u);
+        EXPECT_EQ(s.misses, 3u);
+        EXPECT_EQ(s.evictions, 1u);
+        EXPECT_EQ(s.entries, 2u);
+        EXPECT_EQ(r.regs, 3);
+        EXPECT_EQ(r.deregs, 1);
+        // {0,100} survived the eviction (it was used more recently)
+        EXPECT_NE(cache.acquire(&mem[0], 100, false, &error), nullptr);
+        EXPECT_EQ(cache.stats().hits, 3u);
+    }
+    EXPECT_TRUE(r.live.empty());  // the destructor deregisters everything
+}
+
+TEST(VerbsMrCache, PinnedEntriesAreNotEvicted) {
+    FakeRegistrar r;
+    std::vector<char> mem(4096);
+    std::string error;
+    MrCache cache(r, 1);
+    ASSERT_NE(cache.acquire(&mem[0], 64, true, &error), nullptr);
+    ASSERT_NE(cache.acquire(&mem[64], 64, false, &error), nullptr);  // over capacity, kept
+    EXPECT_EQ(cache.stats().entries, 2u);
+    EXPECT_EQ(cache.stats().pinned, 1u);
+    cache.unpin(&mem[0], 64);
+    ASSERT_NE(cache.acquire(&mem[128], 64, false, &error), nullptr);
+    EXPECT_EQ(cache.stats().entries, 1u);
+    EXPECT_EQ(cache.stats().evictions, 2u);
+}
+
+TEST(VerbsMrCache, FindCoveringAndFailures) {
+    FakeRegistrar r;
+    std::vector<char> mem(8192);
+    std::string error;
+    MrCache cache(r, 8);
+    ASSERT_NE(cache.acquire(&mem[1024], 4096, false, &error), nullptr);
+    const void* base = nullptr;
+    size_t len = 0;
+    EXPECT_NE(cache.find_covering(&mem[2048], 1024, false, &base, &len), nullptr);
+    EXPECT_EQ(base, &mem[1024]);
+    EXPECT_EQ(len, 4096u);
+    EXPECT_EQ(cache.find_covering(&mem[4096], 2048, false, nullptr, nullptr), nullptr);
+    EXPECT_EQ(cache.find_covering(&mem[0], 16, false, nullptr, nullptr), nullptr);
+    EXPECT_EQ(cache.stats().hits, 1u);
+    r.fail = true;
+    EXPECT_EQ(cache.acquire(&mem[0], 16, false, &error), nullptr);
+    EXPECT_EQ(error, "fake failure");
+    EXPECT_EQ(cache.stats().failures, 1u);
+}
+
+TEST(VerbsBufferPool, SlotsAndFallback) {
+    BufferPool pool;
+    std::string error;
+    const size_t slot = BufferPool::round_slot(24 + 8192);
+    EXPECT_EQ(slot % 64, 0u);
+    ASSERT_TRUE(pool.create(10, slot, 2u << 20, -1, &error)) << error;
+    EXPECT_GE(pool.bytes(), 10 * slot);
+    EXPECT_EQ(pool.bytes() % pool.page_size(), 0u);
+    if (pool.page_size() < (2u << 20)) {
+        EXPECT_NE(pool.warning().find("hugepages unavailable"), std::string::npos)
+            << pool.warning();
+    } else {
+        EXPECT_TRUE(pool.warning().empty());
+    }
+    EXPECT_EQ(pool.index_of(pool.slot(3) + 5), 3);
+    EXPECT_EQ(pool.index_of(pool.base() + 10 * slot), -1);
+    pool.slot(9)[slot - 1] = 1;  // the last byte is mapped
+
+    BufferPool small;
+    ASSERT_TRUE(small.create(1, 64, 0, -1, &error));
+    EXPECT_TRUE(small.warning().empty());
+
+    SlotList l;
+    l.reset(5, 3);
+    EXPECT_EQ(l.available(), 3u);
+    EXPECT_EQ(l.take(), 5u);
+    l.give(5);
+    EXPECT_EQ(l.take(), 5u);
+    EXPECT_EQ(l.take(), 6u);
+    EXPECT_EQ(l.take(), 7u);
+    EXPECT_TRUE(l.empty());
+}
