@@ -45,3 +45,9 @@ core:
 	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(CMAKE_BUILD_TYPE) >/dev/null
 	cmake --build $(BUILD_DIR) -j$(shell nproc) --target pgrac_core pgrac_ctl
 all: $(CTL_BIN)
+
+# RDMA TAP tests (t/030_rdma.pl) in the soft-RoCE VM, against the installed
+# extension: make install first; needs root and ../shared/tools/rxe-vm.
+.PHONY: check-rdma
+check-rdma:
+	bash tests/rxe/tap_in_vm.sh

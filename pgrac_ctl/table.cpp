@@ -49,16 +49,18 @@ void Table::print(std::ostream& out, size_t total_width) const {
     size_t fixed = 0;
     for (size_t c = 0; c + 1 < cols; ++c) fixed += w[c] + 2;
     const size_t last = total_width > fixed + 20 ? total_width - fixed : 20;
-    auto pad = [&](const std::string& s, size_t width) {
-        out << s << std::string(width > display_width(s) ? width - display_width(s) : 0, ' ')
-            << "  ";
-    };
     auto emit = [&](const std::vector<std::string>& r) {
         std::vector<std::string> tail =
             wrap_text(cols && r.size() >= cols ? r[cols - 1] : "", last);
         for (size_t i = 0; i < tail.size(); ++i) {
-            for (size_t c = 0; c + 1 < cols; ++c) pad(i == 0 && c < r.size() ? r[c] : "", w[c]);
-            out << tail[i] << '\n';
+            std::string line;
+            for (size_t c = 0; c + 1 < cols; ++c) {
+                const std::string& s = i == 0 && c < r.size() ? r[c] : "";
+                line += s + std::string(w[c] - display_width(s) + 2, ' ');
+            }
+            line += tail[i];
+            while (!line.empty() && line.back() == ' ') line.pop_back();  // empty last cells
+            out << line << '\n';
         }
     };
     emit(headers_);

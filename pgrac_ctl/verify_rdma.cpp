@@ -201,6 +201,8 @@ nlohmann::ordered_json verify_json(const VerifyReport& r) {
             {"hugepages", hugepages},
             {"numa_nodes", nodes},
             {"kernel_release", r.inv.kernel_release},
+            {"rdma_core",
+             r.inv.rdma_core.empty() && r.inv.live ? tiers::rdma_core_version() : r.inv.rdma_core},
             {"uverbs_abi", r.inv.uverbs_abi},
             {"scan_errors", r.inv.errors},
             {"summary",

@@ -23,7 +23,8 @@ CREATE FUNCTION pgrac_ic_counters(
     OUT reconnects bigint, OUT duplicates_dropped bigint, OUT backpressure_stalls bigint,
     OUT queued_msgs bigint, OUT queued_bytes bigint, OUT mr_cache_hit_rate float8,
     OUT cq_overflow_count bigint, OUT p50_latency_us float8, OUT p99_latency_us float8,
-    OUT p999_latency_us float8, OUT latency_samples bigint)
+    OUT p999_latency_us float8, OUT latency_samples bigint, OUT verbs_sends bigint,
+    OUT verbs_recvs bigint)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'pgrac_ic_counters' LANGUAGE C STRICT VOLATILE PARALLEL SAFE;
 
@@ -89,6 +90,93 @@ AS 'MODULE_PATHNAME', 'pgrac_ic_seq_rpc' LANGUAGE C STRICT VOLATILE;
 COMMENT ON FUNCTION pgrac_ic_seq_rpc(int, int, bigint) IS
     'Exactly-once probe: applies seq to a numbered stream on node; returns applied, duplicate or reordered';
 
+-- ================================================================ GES and Cache Fusion
+-- Global Enqueue Service locks (session-level, as pg_advisory_lock) and Cache
+-- Fusion block shipping. docs/ges.md and docs/cache_fusion.md describe them.
+
+-- ---------------------------------------------------------------- GES locks
+CREATE FUNCTION pgrac_ges_lock(resource text, mode text DEFAULT 'EX', timeout_ms int DEFAULT -1)
+RETURNS bool
+AS 'MODULE_PATHNAME', 'pgrac_ges_lock_text' LANGUAGE C STRICT VOLATILE;
+COMMENT ON FUNCTION pgrac_ges_lock(text, text, int) IS
+    'Takes (or converts to) a cluster-wide lock in mode NL/CR/CW/PR/PW/EX; timeout_ms -1 waits, 0 is NOWAIT; false if not granted in time';
+
+CREATE FUNCTION pgrac_ges_lock(resource bigint, mode text DEFAULT 'EX', timeout_ms int DEFAULT -1)
+RETURNS bool
+AS 'MODULE_PATHNAME', 'pgrac_ges_lock_int' LANGUAGE C STRICT VOLATILE;
+COMMENT ON FUNCTION pgrac_ges_lock(bigint, text, int) IS
+    'Takes (or converts to) a cluster-wide lock named by a bigint';
+
+CREATE FUNCTION pgrac_ges_unlock(resource text) RETURNS bool
+AS 'MODULE_PATHNAME', 'pgrac_ges_unlock_text' LANGUAGE C STRICT VOLATILE;
+COMMENT ON FUNCTION pgrac_ges_unlock(text) IS
+    'Releases one level of a cluster-wide lock held by this session; false (and a WARNING) if not held';
+
+CREATE FUNCTION pgrac_ges_unlock(resource bigint) RETURNS bool
+AS 'MODULE_PATHNAME', 'pgrac_ges_unlock_int' LANGUAGE C STRICT VOLATILE;
+COMMENT ON FUNCTION pgrac_ges_unlock(bigint) IS
+    'Releases one level of a cluster-wide lock named by a bigint';
+
+CREATE FUNCTION pgrac_ges_unlock_all() RETURNS int
+AS 'MODULE_PATHNAME', 'pgrac_ges_unlock_all' LANGUAGE C STRICT VOLATILE;
+COMMENT ON FUNCTION pgrac_ges_unlock_all() IS
+    'Releases every cluster-wide lock of this session; returns how many resources it held';
+
+CREATE FUNCTION pgrac_ges_resource(resource text, OUT master_node int, OUT lms_worker int,
+                                   OUT route_key bigint)
+RETURNS record
+AS 'MODULE_PATHNAME', 'pgrac_ges_resource' LANGUAGE C STRICT VOLATILE;
+COMMENT ON FUNCTION pgrac_ges_resource(text) IS
+    'Where a resource is mastered now (this node''s view of the live members) and which LMS worker serves it';
+
+CREATE FUNCTION pgrac_ges_bench(resource text, mode text DEFAULT 'EX', iterations int DEFAULT 1000,
+                                OUT p50_us float8, OUT p99_us float8, OUT ops_per_sec float8,
+                                OUT iterations_done int)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'pgrac_ges_bench' LANGUAGE C STRICT VOLATILE;
+COMMENT ON FUNCTION pgrac_ges_bench(text, text, int) IS
+    'Latency of lock + unlock of one cluster-wide lock, measured in this backend';
+
+CREATE FUNCTION pgrac_ges_locks(
+    OUT resource text, OUT master_node int, OUT node_id int, OUT pid int, OUT mode text,
+    OUT held_mode text, OUT state text, OUT since timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'pgrac_ges_locks' LANGUAGE C STRICT VOLATILE;
+
+CREATE VIEW pg_cluster_ges_locks AS SELECT * FROM pgrac_ges_locks();
+COMMENT ON VIEW pg_cluster_ges_locks IS
+    'Every global lock and request on every live master: granted, converting (held_mode still held) or waiting';
+
+-- ---------------------------------------------------------------- Cache Fusion
+CREATE FUNCTION pgrac_fetch_block(node int, rel regclass, blkno bigint, fork text DEFAULT 'main')
+RETURNS bytea
+AS 'MODULE_PATHNAME', 'pgrac_fetch_block' LANGUAGE C STRICT VOLATILE;
+COMMENT ON FUNCTION pgrac_fetch_block(int, regclass, bigint, text) IS
+    'The page image of a block as it is in node''s buffer pool (or storage), shipped over the interconnect';
+
+CREATE FUNCTION pgrac_fetch_block_tag(node int, spcoid oid, dboid oid, relnumber oid, fork text,
+                                      blkno bigint)
+RETURNS bytea
+AS 'MODULE_PATHNAME', 'pgrac_fetch_block_tag' LANGUAGE C STRICT VOLATILE;
+COMMENT ON FUNCTION pgrac_fetch_block_tag(int, oid, oid, oid, text, bigint) IS
+    'The page image of a block named by its BufferTag, from node';
+
+CREATE FUNCTION pgrac_fetch_blocks(node int, rel regclass, first bigint, count int,
+                                   fork text DEFAULT 'main')
+RETURNS TABLE(blkno bigint, lsn pg_lsn, page bytea)
+AS 'MODULE_PATHNAME', 'pgrac_fetch_blocks' LANGUAGE C STRICT VOLATILE;
+COMMENT ON FUNCTION pgrac_fetch_blocks(int, regclass, bigint, int, text) IS
+    'Up to count consecutive blocks from node, several per round trip; stops at the end of the relation';
+
+CREATE FUNCTION pgrac_fetch_block_bench(node int, rel regclass, iterations int DEFAULT 1000,
+                                        batch int DEFAULT 1,
+                                        OUT p50_us float8, OUT p99_us float8,
+                                        OUT blocks_per_sec float8, OUT iterations_done int)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'pgrac_fetch_block_bench' LANGUAGE C STRICT VOLATILE;
+COMMENT ON FUNCTION pgrac_fetch_block_bench(int, regclass, int, int) IS
+    'Latency of block fetches (batch blocks per round trip) from node, measured in this backend';
+
 -- ---------------------------------------------------------------- privileges
 -- Monitoring roles read the views; nothing here is for PUBLIC.
 REVOKE ALL ON FUNCTION pgrac_ic_status(), pgrac_ic_counters(), pgrac_ic_errors(),
@@ -97,6 +185,17 @@ REVOKE ALL ON FUNCTION pgrac_ic_status(), pgrac_ic_counters(), pgrac_ic_errors()
     pgrac_ic_seq_rpc(int, int, bigint) FROM PUBLIC;
 REVOKE ALL ON pg_cluster_rdma_status, pg_cluster_rdma_counters, pg_cluster_rdma_errors,
     pg_cluster_rdma_error_totals, pg_cluster_ic_peers FROM PUBLIC;
+-- GES and Cache Fusion move locks and raw blocks: superuser or a granted role.
+REVOKE ALL ON FUNCTION pgrac_ges_lock(text, text, int), pgrac_ges_lock(bigint, text, int),
+    pgrac_ges_unlock(text), pgrac_ges_unlock(bigint), pgrac_ges_unlock_all(),
+    pgrac_ges_resource(text), pgrac_ges_bench(text, text, int), pgrac_ges_locks(),
+    pgrac_fetch_block(int, regclass, bigint, text),
+    pgrac_fetch_block_tag(int, oid, oid, oid, text, bigint),
+    pgrac_fetch_blocks(int, regclass, bigint, int, text),
+    pgrac_fetch_block_bench(int, regclass, int, int) FROM PUBLIC;
+REVOKE ALL ON pg_cluster_ges_locks FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgrac_ges_locks(), pgrac_ges_resource(text) TO pg_monitor;
+GRANT SELECT ON pg_cluster_ges_locks TO pg_monitor;
 GRANT EXECUTE ON FUNCTION pgrac_ic_status(), pgrac_ic_counters(), pgrac_ic_errors(),
     pgrac_ic_error_totals(), pgrac_ic_peers(), pgrac_ic_ping(int) TO pg_monitor;
 GRANT SELECT ON pg_cluster_rdma_status, pg_cluster_rdma_counters, pg_cluster_rdma_errors,

@@ -11,9 +11,12 @@ extern "C" {
 #include "utils/wait_event.h"
 }
 
+#include <sched.h>
+
 #include <cstring>
 
 #include "guc.hpp"
+#include "ic/adaptive_spin.hpp"
 #include "ic/atomics.hpp"
 #include "send_path.hpp"
 #include "shmem.hpp"
@@ -37,6 +40,9 @@ const char* const kStatusText[PGRAC_IC_STATUS_COUNT] = {
     "invalid argument",
     "the peer asked to back off",
 };
+
+// How long this backend polls for a reply before sleeping (learned).
+AdaptiveSpin g_rpc_spin;
 
 // Disarms the caller's slot after a timeout or an early failure. If the
 // listener is filling it right now, waits the few instructions that takes.
@@ -63,10 +69,12 @@ const char* pgrac_ic_strerror(int status) {
     return kStatusText[status];
 }
 
-int pgrac_ic_my_node_id(void) { return pgrac_node_id; }
+int pgrac_ic_my_node_id(void) {
+    return pgrac_node_id;
+}
 
-int pgrac_ic_send(int node, uint16_t msg_type, uint32_t route_key, const void* body,
-                  uint32_t len, int flags, int timeout_ms) {
+int pgrac_ic_send(int node, uint16_t msg_type, uint32_t route_key, const void* body, uint32_t len,
+                  int flags, int timeout_ms) {
     if (msg_type == 0 || msg_type > PGRAC_IC_MAX_MSG_TYPE || (len > 0 && body == nullptr))
         return PGRAC_IC_BAD_ARGUMENT;
     IcShared* shm = pgrac::glue::shared();
@@ -117,14 +125,22 @@ int pgrac_ic_rpc(int node, uint16_t msg_type, uint32_t route_key, const void* bo
     mh.epoch = load_relaxed(&shm->epoch);
     const uint64_t start = monotonic_ns();
     const uint64_t deadline = start + static_cast<uint64_t>(timeout_ms) * 1000000ull;
-    const uint16_t fflags =
-        kFlagRpcRequest | ((flags & PGRAC_IC_CONTROL) ? kFlagControlLane : 0);
+    const uint16_t fflags = kFlagRpcRequest | ((flags & PGRAC_IC_CONTROL) ? kFlagControlLane : 0);
     int rc = pgrac::glue::enqueue_message(node, fflags, mh, body, len, flags, timeout_ms);
     if (rc != PGRAC_IC_OK) {
         disarm(slot);
         return rc;
     }
 
+    // Busy-poll first: the reply usually comes sooner than a sleep and a
+    // wakeup would take.
+    g_rpc_spin.set_max_ns(static_cast<uint64_t>(pgrac_busy_poll_us) * 1000);
+    if (const uint64_t budget = g_rpc_spin.budget_ns(); budget > 0) {
+        const uint64_t spin_end = monotonic_ns() + budget;
+        while (load_acquire(&slot->state) != static_cast<uint32_t>(SlotState::Done) &&
+               monotonic_ns() < spin_end)
+            sched_yield();
+    }
     for (;;) {
         ResetLatch(MyLatch);
         if (load_acquire(&slot->state) == static_cast<uint32_t>(SlotState::Done)) break;
@@ -144,6 +160,7 @@ int pgrac_ic_rpc(int node, uint16_t msg_type, uint32_t route_key, const void* bo
         CHECK_FOR_INTERRUPTS();
     }
 
+    g_rpc_spin.observe(monotonic_ns() - start);
     // Done: the slot is ours until we set it Idle.
     rc = static_cast<int>(slot->status);
     uint32_t n = slot->len;

@@ -2,6 +2,7 @@
 extern "C" {
 #include "postgres.h"
 
+#include "miscadmin.h"
 #include "utils/guc.h"
 }
 
@@ -24,6 +25,7 @@ char* pgrac_nodes = nullptr;
 char* pgrac_auth_key_file = nullptr;
 int pgrac_lms_workers = 2;
 int pgrac_heartbeat_interval_ms = 1000;
+int pgrac_busy_poll_us = 50;
 int pgrac_peer_timeout_ms = 10000;
 int pgrac_rpc_timeout_ms = 5000;
 int pgrac_tcp_paths = 1;
@@ -41,11 +43,13 @@ namespace pgrac::glue {
 
 namespace {
 
-const struct config_enum_entry kTierOptions[] = {
-    {"auto", static_cast<int>(Tier::Auto), false},   {"stub", static_cast<int>(Tier::Stub), false},
-    {"tier1", static_cast<int>(Tier::Tier1), false}, {"tier2", static_cast<int>(Tier::Tier2), false},
-    {"tier3", static_cast<int>(Tier::Tier3), false}, {"tcp", static_cast<int>(Tier::Tier3), true},
-    {nullptr, 0, false}};
+const struct config_enum_entry kTierOptions[] = {{"auto", static_cast<int>(Tier::Auto), false},
+                                                 {"stub", static_cast<int>(Tier::Stub), false},
+                                                 {"tier1", static_cast<int>(Tier::Tier1), false},
+                                                 {"tier2", static_cast<int>(Tier::Tier2), false},
+                                                 {"tier3", static_cast<int>(Tier::Tier3), false},
+                                                 {"tcp", static_cast<int>(Tier::Tier3), true},
+                                                 {nullptr, 0, false}};
 
 const struct config_enum_entry kHugepageOptions[] = {
     {"none", 0, false}, {"2MB", 1, false}, {"1GB", 2, false}, {nullptr, 0, false}};
@@ -53,12 +57,26 @@ const struct config_enum_entry kHugepageOptions[] = {
 const struct config_enum_entry kXrcOptions[] = {
     {"auto", 0, false}, {"on", 1, false}, {"off", 2, false}, {nullptr, 0, false}};
 
+// A custom setting with a bad value in postgresql.conf only gets a WARNING
+// from PostgreSQL and falls back to its default; for the cluster's identity
+// that would start an instance in the wrong cluster, so the first rejection
+// seen while the library loads is kept and check_settings_together() stops
+// the start with it.
+char g_rejected[512] = "";
+
+void remember_rejection(const char* name, const char* detail) {
+    if (process_shared_preload_libraries_in_progress && g_rejected[0] == '\0')
+        std::snprintf(g_rejected, sizeof g_rejected, "invalid value for parameter \"%s\": %s", name,
+                      detail);
+}
+
 bool check_cluster_name(char** newval, void**, GucSource) {
     const char* s = *newval;
     size_t n = s ? std::strlen(s) : 0;
     if (n == 0 || n > pgrac::ic::kMaxClusterName) {
         GUC_check_errdetail("cluster.name must be 1 to %d characters long.",
                             static_cast<int>(pgrac::ic::kMaxClusterName));
+        remember_rejection("cluster.name", "it must be 1 to 63 characters long");
         return false;
     }
     for (size_t i = 0; i < n; i++) {
@@ -67,6 +85,8 @@ bool check_cluster_name(char** newval, void**, GucSource) {
                   c == '_' || c == '-' || c == '.';
         if (!ok) {
             GUC_check_errdetail("cluster.name may contain only letters, digits, '_', '-' and '.'.");
+            remember_rejection("cluster.name",
+                               "it may contain only letters, digits, '_', '-' and '.'");
             return false;
         }
     }
@@ -82,8 +102,10 @@ bool check_nodes(char** newval, void**, GucSource) {
     }
     if (err[0] != '\0') {
         GUC_check_errdetail("cluster.nodes: %s.", err);
-        GUC_check_errhint("Write the nodes as id@host:port, separated by commas, e.g. "
-                          "'1@10.0.0.1:7400,2@10.0.0.2:7400'.");
+        remember_rejection("cluster.nodes", err);
+        GUC_check_errhint(
+            "Write the nodes as id@host:port, separated by commas, e.g. "
+            "'1@10.0.0.1:7400,2@10.0.0.2:7400'.");
         return false;
     }
     return true;
@@ -91,17 +113,27 @@ bool check_nodes(char** newval, void**, GucSource) {
 
 }  // namespace
 
-const char* hugepage_size_name(int v) { return v == 2 ? "1GB" : v == 1 ? "2MB" : "none"; }
-const char* xrc_mode_name(int v) { return v == 1 ? "on" : v == 2 ? "off" : "auto"; }
+const char* hugepage_size_name(int v) {
+    return v == 2 ? "1GB" : v == 1 ? "2MB" : "none";
+}
+const char* xrc_mode_name(int v) {
+    return v == 1 ? "on" : v == 2 ? "off" : "auto";
+}
 
 // Alphabetical, as citus does: one place to find every setting.
 void define_settings() {
-    DefineCustomStringVariable("cluster.auth_key_file",
-                               "File holding the cluster's shared authentication key.",
-                               "Peers prove knowledge of this key (HMAC-SHA256) before any "
-                               "message is accepted. The file must have mode 0600.",
-                               &pgrac_auth_key_file, "", PGC_POSTMASTER, 0, nullptr, nullptr,
-                               nullptr);
+    DefineCustomStringVariable(
+        "cluster.auth_key_file", "File holding the cluster's shared authentication key.",
+        "Peers prove knowledge of this key (HMAC-SHA256) before any "
+        "message is accepted. The file must have mode 0600.",
+        &pgrac_auth_key_file, "", PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable(
+        "cluster.busy_poll_us", "Microseconds the interconnect's processes poll before sleeping.",
+        "After moving a message, the listener, the LMS workers and a backend "
+        "waiting for a reply keep polling (yielding the CPU) this long "
+        "before they sleep on their latch: a wakeup costs 5-25 us. "
+        "0 never polls.",
+        &pgrac_busy_poll_us, 50, 0, 10000, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
     DefineCustomIntVariable("cluster.heartbeat_interval", "Interval between heartbeats to peers.",
                             nullptr, &pgrac_heartbeat_interval_ms, 1000, 10, 60000, PGC_SIGHUP,
                             GUC_UNIT_MS, nullptr, nullptr, nullptr);
@@ -109,61 +141,56 @@ void define_settings() {
                              "auto probes for an RDMA device and falls back to tier3 (TCP).",
                              &pgrac_tier_requested, static_cast<int>(Tier::Auto), kTierOptions,
                              PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
-    DefineCustomBoolVariable("cluster.interconnect_strict",
-                             "Refuse to start rather than fall back to a slower tier.", nullptr,
-                             &pgrac_interconnect_strict, false, PGC_POSTMASTER, 0, nullptr,
-                             nullptr, nullptr);
+    DefineCustomBoolVariable(
+        "cluster.interconnect_strict", "Refuse to start rather than fall back to a slower tier.",
+        nullptr, &pgrac_interconnect_strict, false, PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
     DefineCustomIntVariable("cluster.lms_workers", "Number of LMS worker processes.", nullptr,
-                            &pgrac_lms_workers, 2, 1, pgrac::ic::kMaxLmsWorkers, PGC_POSTMASTER,
-                            0, nullptr, nullptr, nullptr);
-    DefineCustomStringVariable("cluster.name", "Name of the cluster; peers must match it.",
-                               nullptr, &pgrac_cluster_name, "pgrac", PGC_POSTMASTER, 0,
-                               check_cluster_name, nullptr, nullptr);
-    DefineCustomIntVariable("cluster.node_id", "This instance's node id in cluster.nodes.",
-                            nullptr, &pgrac_node_id, 1, 1, pgrac::ic::kMaxNodes, PGC_POSTMASTER,
-                            0, nullptr, nullptr, nullptr);
+                            &pgrac_lms_workers, 2, 1, pgrac::ic::kMaxLmsWorkers, PGC_POSTMASTER, 0,
+                            nullptr, nullptr, nullptr);
+    DefineCustomStringVariable("cluster.name", "Name of the cluster; peers must match it.", nullptr,
+                               &pgrac_cluster_name, "pgrac", PGC_POSTMASTER, 0, check_cluster_name,
+                               nullptr, nullptr);
+    DefineCustomIntVariable("cluster.node_id", "This instance's node id in cluster.nodes.", nullptr,
+                            &pgrac_node_id, 1, 1, pgrac::ic::kMaxNodes, PGC_POSTMASTER, 0, nullptr,
+                            nullptr, nullptr);
     DefineCustomStringVariable("cluster.nodes", "Every node of the cluster: id@host:port,...",
                                "Empty means a single-node cluster.", &pgrac_nodes, "",
                                PGC_POSTMASTER, 0, check_nodes, nullptr, nullptr);
-    DefineCustomIntVariable("cluster.peer_timeout",
-                            "Silence after which a peer is declared DOWN.", nullptr,
-                            &pgrac_peer_timeout_ms, 10000, 100, 3600000, PGC_SIGHUP, GUC_UNIT_MS,
-                            nullptr, nullptr, nullptr);
+    DefineCustomIntVariable("cluster.peer_timeout", "Silence after which a peer is declared DOWN.",
+                            nullptr, &pgrac_peer_timeout_ms, 10000, 100, 3600000, PGC_SIGHUP,
+                            GUC_UNIT_MS, nullptr, nullptr, nullptr);
     DefineCustomIntVariable("cluster.rdma_cq_depth", "Completion queue depth of the RDMA tiers.",
                             nullptr, &pgrac_rdma_cq_depth, 4096, 4, 1048576, PGC_POSTMASTER, 0,
                             nullptr, nullptr, nullptr);
     DefineCustomStringVariable("cluster.rdma_device",
                                "RDMA device to use (e.g. mlx5_0); empty picks the first "
                                "device with an active port.",
-                               nullptr, &pgrac_rdma_device, "", PGC_POSTMASTER, 0, nullptr,
-                               nullptr, nullptr);
-    DefineCustomIntVariable("cluster.rdma_gid_index",
-                            "GID index for RoCE; -1 picks the RoCE v2 IPv4 GID.", nullptr,
-                            &pgrac_rdma_gid_index, -1, -1, 1023, PGC_POSTMASTER, 0, nullptr,
-                            nullptr, nullptr);
+                               nullptr, &pgrac_rdma_device, "", PGC_POSTMASTER, 0, nullptr, nullptr,
+                               nullptr);
+    DefineCustomIntVariable(
+        "cluster.rdma_gid_index", "GID index for RoCE; -1 picks the RoCE v2 IPv4 GID.", nullptr,
+        &pgrac_rdma_gid_index, -1, -1, 1023, PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
     DefineCustomEnumVariable("cluster.rdma_hugepage_size",
                              "Page size of the RDMA buffer pool (falls back to 4 kB pages).",
                              nullptr, &pgrac_rdma_hugepage_size, 1, kHugepageOptions,
                              PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
-    DefineCustomBoolVariable("cluster.rdma_numa_auto_bind",
-                             "Bind the listener's I/O to the HCA's NUMA node.", nullptr,
-                             &pgrac_rdma_numa_auto_bind, true, PGC_POSTMASTER, 0, nullptr,
-                             nullptr, nullptr);
-    DefineCustomEnumVariable("cluster.rdma_use_xrc",
-                             "Use XRC queue pairs where the device supports them.", nullptr,
-                             &pgrac_rdma_use_xrc, 0, kXrcOptions, PGC_POSTMASTER, 0, nullptr,
-                             nullptr, nullptr);
+    DefineCustomBoolVariable(
+        "cluster.rdma_numa_auto_bind", "Bind the listener's I/O to the HCA's NUMA node.", nullptr,
+        &pgrac_rdma_numa_auto_bind, true, PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
+    DefineCustomEnumVariable(
+        "cluster.rdma_use_xrc", "Use XRC queue pairs where the device supports them.", nullptr,
+        &pgrac_rdma_use_xrc, 0, kXrcOptions, PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
     DefineCustomIntVariable("cluster.rpc_timeout", "Default time an RPC waits for its reply.",
                             nullptr, &pgrac_rpc_timeout_ms, 5000, 1, 3600000, PGC_USERSET,
                             GUC_UNIT_MS, nullptr, nullptr, nullptr);
     DefineCustomIntVariable("cluster.send_queue_max_messages",
-                            "Most messages queued to one peer and not yet acknowledged.",
-                            nullptr, &pgrac_send_queue_max_messages, 65536, 16, 16777216,
-                            PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+                            "Most messages queued to one peer and not yet acknowledged.", nullptr,
+                            &pgrac_send_queue_max_messages, 65536, 16, 16777216, PGC_SIGHUP, 0,
+                            nullptr, nullptr, nullptr);
     DefineCustomIntVariable("cluster.send_queue_max_size",
                             "Most bytes queued to one peer and not yet acknowledged.", nullptr,
-                            &pgrac_send_queue_max_kb, 65536, 256, 4194304, PGC_SIGHUP,
-                            GUC_UNIT_KB, nullptr, nullptr, nullptr);
+                            &pgrac_send_queue_max_kb, 65536, 256, 4194304, PGC_SIGHUP, GUC_UNIT_KB,
+                            nullptr, nullptr, nullptr);
     DefineCustomIntVariable("cluster.tcp_paths",
                             "Bulk connections per pair of instances, besides the control lane.",
                             nullptr, &pgrac_tcp_paths, 1, 0, pgrac::ic::kMaxLanes - 1,
@@ -174,6 +201,10 @@ void define_settings() {
 void check_settings_together() {
     char err[512] = "";
     char hint[256] = "";
+    if (g_rejected[0] != '\0')
+        ereport(FATAL, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("%s", g_rejected),
+                        errhint("Fix the setting in postgresql.conf; pgrac_ic does not start "
+                                "with a cluster identity it cannot read.")));
     {
         std::string error;
         auto nodes = pgrac::ic::parse_node_list(pgrac_nodes ? pgrac_nodes : "", &error);
@@ -181,21 +212,25 @@ void check_settings_together() {
         if (nodes && !nodes->empty() && !pgrac::ic::find_node(*nodes, pgrac_node_id)) {
             std::snprintf(err, sizeof err, "cluster.node_id %d is not listed in cluster.nodes",
                           pgrac_node_id);
-            std::snprintf(hint, sizeof hint, "Add \"%d@host:port\" to cluster.nodes or fix "
-                          "cluster.node_id.", pgrac_node_id);
+            std::snprintf(hint, sizeof hint,
+                          "Add \"%d@host:port\" to cluster.nodes or fix "
+                          "cluster.node_id.",
+                          pgrac_node_id);
         } else if (pgrac_peer_timeout_ms < 2 * pgrac_heartbeat_interval_ms) {
             std::snprintf(err, sizeof err,
                           "cluster.peer_timeout (%d ms) must be at least twice "
                           "cluster.heartbeat_interval (%d ms)",
                           pgrac_peer_timeout_ms, pgrac_heartbeat_interval_ms);
-            std::snprintf(hint, sizeof hint, "Raise cluster.peer_timeout or lower "
+            std::snprintf(hint, sizeof hint,
+                          "Raise cluster.peer_timeout or lower "
                           "cluster.heartbeat_interval.");
         } else if (multi && pgrac_tier_requested != static_cast<int>(Tier::Stub)) {
             if (!pgrac_auth_key_file || !*pgrac_auth_key_file) {
                 std::snprintf(err, sizeof err,
                               "cluster.auth_key_file must be set when cluster.nodes lists "
                               "other nodes");
-                std::snprintf(hint, sizeof hint, "Create a key with \"openssl rand -hex 32 > "
+                std::snprintf(hint, sizeof hint,
+                              "Create a key with \"openssl rand -hex 32 > "
                               "FILE; chmod 0600 FILE\" and copy it to every node.");
             } else if (!pgrac::ic::load_key_file(pgrac_auth_key_file, &error)) {
                 std::snprintf(err, sizeof err, "cluster.auth_key_file: %s", error.c_str());

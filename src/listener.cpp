@@ -19,17 +19,22 @@ extern "C" {
 PGDLLEXPORT void pgrac_ic_listener_main(Datum arg);
 }
 
+#include <sched.h>
+
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "guc.hpp"
+#include "ic/adaptive_spin.hpp"
 #include "ic/atomics.hpp"
 #include "ic/engine.hpp"
+#include "lms/ges_service.hpp"
 #include "pg_boundary.hpp"
 #include "shmem.hpp"
 #include "tier_startup.hpp"
+#include "verbs_glue.hpp"
 
 namespace {
 
@@ -46,6 +51,8 @@ public:
     void log(Severity severity, const std::string& message) override {
         pending.emplace_back(severity, message);
     }
+    // GES: the LMS workers release the node's locks and remaster.
+    void on_peer_lost(uint16_t node_id) override { pgrac::glue::ges_note_peer_lost(node_id); }
     std::vector<std::pair<Severity, std::string>> pending;
 };
 
@@ -98,6 +105,33 @@ uint64_t new_incarnation() {
            0x7fffffffffffffffULL;
 }
 
+// Longest stretch of busy-polling before the loop goes back to its latch
+// (interrupts, configuration reloads, postmaster death).
+constexpr uint64_t kMaxSpinNs = 20 * 1000 * 1000;
+
+pgrac::ic::AdaptiveSpin g_spin;
+uint64_t g_last_work_ns = 0;
+
+// The gaps between rounds that moved something teach g_spin how long to poll.
+void note_work() {
+    const uint64_t now = pgrac::ic::monotonic_ns();
+    if (g_last_work_ns != 0) g_spin.observe(now - g_last_work_ns);
+    g_last_work_ns = now;
+}
+
+// One round of engine work; its logs are emitted and its failure is an ERROR
+// (the postmaster restarts the listener).
+bool step() {
+    char err[512] = "";
+    bool worked = false;
+    const bool ok = pgrac::glue::guarded([&] { worked = g_engine->run_once(); }, err, sizeof err);
+    emit_logs();
+    if (!ok)
+        ereport(ERROR,
+                (errcode(ERRCODE_INTERNAL_ERROR), errmsg("pgrac_ic listener failed: %s", err)));
+    return worked;
+}
+
 }  // namespace
 
 void pgrac_ic_listener_main(Datum) {
@@ -123,6 +157,7 @@ void pgrac_ic_listener_main(Datum) {
     if (!ok)
         ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE),
                         errmsg("pgrac_ic listener cannot start: %s", err)));
+    pgrac::glue::publish_transport(shm);  // tier1/tier2: what runs (verbs or the TCP fallback)
     pgrac::ic::store_release(&shm->listener_procno, static_cast<int32_t>(MyProc->pgprocno));
     ereport(LOG, (errmsg("pgrac_ic listener started: node %d, tier %s (%s transport), %zu nodes",
                          pgrac_node_id, pgrac::ic::tier_name(static_cast<pgrac::ic::Tier>(shm->tier_active)),
@@ -144,11 +179,25 @@ void pgrac_ic_listener_main(Datum) {
             ProcessConfigFile(PGC_SIGHUP);
             g_engine->set_timing(pgrac_heartbeat_interval_ms, pgrac_peer_timeout_ms);
         }
-        ok = pgrac::glue::guarded([] { g_engine->run_once(); }, err, sizeof err);
-        emit_logs();
-        if (!ok)
-            ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
-                            errmsg("pgrac_ic listener failed: %s", err)));
+        // Busy-poll while traffic flows: the next frame or ring record is
+        // usually a few microseconds away, and a sleep/wakeup costs more.
+        g_spin.set_max_ns(static_cast<uint64_t>(pgrac_busy_poll_us) * 1000);
+        if (step()) {
+            note_work();
+            uint64_t idle_since = pgrac::ic::monotonic_ns();
+            const uint64_t spin_start = idle_since;
+            while (!ShutdownRequestPending) {
+                const uint64_t now = pgrac::ic::monotonic_ns();
+                if (now - idle_since >= g_spin.budget_ns() || now - spin_start > kMaxSpinNs)
+                    break;
+                sched_yield();  // let the process we wait for have this CPU
+                if (step()) {
+                    note_work();
+                    idle_since = pgrac::ic::monotonic_ns();
+                }
+            }
+        }
+        pgrac::glue::publish_transport_counters(shm);
     }
 
     pgrac::glue::guarded([] { g_engine->shutdown(); }, err, sizeof err);

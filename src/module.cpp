@@ -12,7 +12,10 @@ PG_MODULE_MAGIC;
 void _PG_init(void);
 }
 
+#include "ges_shmem.hpp"
 #include "guc.hpp"
+#include "lms/block_service.hpp"
+#include "lms/ges_service.hpp"
 #include "lms/handler_registry.hpp"
 #include "shmem.hpp"
 #include "tier_startup.hpp"
@@ -49,6 +52,9 @@ void _PG_init(void) {
     pgrac::glue::select_tier();
     pgrac::glue::register_builtin_handlers();
     pgrac::glue::install_shmem_hooks();
+    pgrac::glue::install_ges_shmem();         // GES wait slots (src/ges_shmem.cpp)
+    pgrac::glue::register_ges_handlers();     // GES in the LMS (src/lms/ges_service.cpp)
+    pgrac::glue::register_block_handlers();   // Cache Fusion (src/lms/block_service.cpp)
 
     register_worker("pgrac_ic listener", "pgrac_ic listener", "pgrac_ic_listener_main", 0);
     for (int i = 0; i < pgrac_lms_workers; i++) {

@@ -11,6 +11,7 @@ extern "C" {
 #include "tiers/rdma_checks.hpp"
 #include "tiers/rdma_detect.hpp"
 #include "tiers/tier_select.hpp"
+#include "verbs_glue.hpp"
 
 using pgrac::ic::Tier;
 
@@ -26,49 +27,50 @@ struct Decision {
     pgrac::ic::RdmaStatusShared rdma;
     bool fell_back = false;
     char fatal[512];
+    char device[64];  // tier1/tier2: the RDMA device and port the verbs tier uses
+    int port = 0;
 };
 Decision g_decision;
 
 Tier from_tiers(pgrac::tiers::Tier t) {
     switch (t) {
-        case pgrac::tiers::Tier::kStub: return Tier::Stub;
-        case pgrac::tiers::Tier::kTier1: return Tier::Tier1;
-        case pgrac::tiers::Tier::kTier2: return Tier::Tier2;
-        default: return Tier::Tier3;
+        case pgrac::tiers::Tier::kStub:
+            return Tier::Stub;
+        case pgrac::tiers::Tier::kTier1:
+            return Tier::Tier1;
+        case pgrac::tiers::Tier::kTier2:
+            return Tier::Tier2;
+        default:
+            return Tier::Tier3;
     }
 }
 
-void copy(char* dst, size_t n, const std::string& s) { std::snprintf(dst, n, "%s", s.c_str()); }
+void copy(char* dst, size_t n, const std::string& s) {
+    std::snprintf(dst, n, "%s", s.c_str());
+}
 
 void decide(Decision& d) {
     const Tier requested = static_cast<Tier>(pgrac_tier_requested);
     pgrac::tiers::SysRoots roots;
     pgrac::tiers::RdmaInventory inv = pgrac::tiers::scan_rdma(roots);
-    pgrac::tiers::TierDecision td = pgrac::tiers::decide_tier(
-        inv, pgrac::ic::tier_name(requested), pgrac_interconnect_strict,
-        pgrac_rdma_device ? pgrac_rdma_device : "");
+    pgrac::tiers::TierDecision td =
+        pgrac::tiers::decide_tier(inv, pgrac::ic::tier_name(requested), pgrac_interconnect_strict,
+                                  pgrac_rdma_device ? pgrac_rdma_device : "");
     if (!td.ok) {
         copy(d.fatal, sizeof d.fatal, td.error);
         return;
     }
     d.active = from_tiers(td.tier);
-    std::string reason = td.reason;
+    const std::string reason = td.reason;
     if (d.active == Tier::Tier1 || d.active == Tier::Tier2) {
-        // The RDMA port is usable, but this build carries no verbs transport yet.
-        std::string why = "RDMA port " + td.device + "/" + std::to_string(td.port) +
-                          " is usable, but the verbs transport is not part of this build; "
-                          "running at Tier 3 (TCP)";
-        if (pgrac_interconnect_strict) {
-            copy(d.fatal, sizeof d.fatal, why);
-            return;
-        }
-        d.active = Tier::Tier3;
-        reason = why;
+        // The listener makes the verbs transport on this port (verbs_glue.cpp).
+        copy(d.device, sizeof d.device, td.device);
+        d.port = td.port;
     }
     copy(d.reason, sizeof d.reason, reason);
-    d.fell_back = (requested == Tier::Auto || requested == Tier::Tier1 ||
-                   requested == Tier::Tier2) &&
-                  d.active == Tier::Tier3;
+    d.fell_back =
+        (requested == Tier::Auto || requested == Tier::Tier1 || requested == Tier::Tier2) &&
+        d.active == Tier::Tier3;
 
     pgrac::tiers::VerifyOptions opts;
     opts.requested_tier = pgrac::ic::tier_name(requested);
@@ -133,10 +135,26 @@ void publish_tier(pgrac::ic::IcShared* shm) {
 
 pgrac::ic::TransportFactory transport_factory() {
     if (g_decision.active == Tier::Stub)
-        return [](pgrac::tiers::TransportHandler& h) { return pgrac::tiers::make_stub_transport(h); };
+        return
+            [](pgrac::tiers::TransportHandler& h) { return pgrac::tiers::make_stub_transport(h); };
+    if (g_decision.active == Tier::Tier1 || g_decision.active == Tier::Tier2)
+        return [](pgrac::tiers::TransportHandler& h) { return make_verbs_or_tcp(h); };
     return [](pgrac::tiers::TransportHandler& h) {
         return pgrac::tiers::make_tcp_transport(h, pgrac::tiers::TcpOptions{});
     };
+}
+
+Tier decided_tier() {
+    return g_decision.active;
+}
+const char* decided_reason() {
+    return g_decision.reason;
+}
+const char* decided_device() {
+    return g_decision.device;
+}
+int decided_port() {
+    return g_decision.port;
 }
 
 }  // namespace pgrac::glue

@@ -10,7 +10,14 @@ namespace pgrac::glue {
 void select_tier();
 // Copies the decision into shared memory (status view).
 void publish_tier(pgrac::ic::IcShared* shm);
-// Makes the transport of the tier that runs.
+// Makes the transport of the tier that runs: stub, TCP, or for tier1/tier2
+// the verbs transport (verbs_glue.hpp: falls back to TCP unless strict).
 pgrac::ic::TransportFactory transport_factory();
+
+// The decision made at postmaster start (inherited by every child).
+pgrac::ic::Tier decided_tier();
+const char* decided_reason();
+const char* decided_device();  // tier1/tier2: the RDMA device to use, else ""
+int decided_port();
 
 }  // namespace pgrac::glue

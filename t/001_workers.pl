@@ -31,7 +31,7 @@ sub pid_of
 		"SELECT pid FROM pg_stat_activity WHERE backend_type = '$type'");
 }
 
-ok($node->poll_query_until('postgres', "($workers_sql) = '$expected'"),
+ok($node->poll_query_until('postgres', "SELECT ($workers_sql) = '$expected'"),
 	'listener and three LMS workers are running');
 cmp_ok($node->safe_psql('postgres', 'SELECT pgrac_ic_ping(1)'), '>', 0, 'ping to self');
 
@@ -62,14 +62,14 @@ is( $node->safe_psql('postgres',
 # A worker killed outright makes the postmaster reinitialize; everything comes back.
 $lms = pid_of('pgrac_ic lms 0');
 kill 'KILL', $lms;
-ok($node->poll_query_until('postgres', "($workers_sql) = '$expected'"),
+ok($node->poll_query_until('postgres', "SELECT ($workers_sql) = '$expected'"),
 	'workers are back after a SIGKILL and crash recovery');
 ok($node->poll_query_until('postgres', 'SELECT pgrac_ic_ping(1) > 0'),
 	'ping works after crash recovery');
 
 # A restart of the instance brings them back too.
 $node->restart;
-ok($node->poll_query_until('postgres', "($workers_sql) = '$expected'"),
+ok($node->poll_query_until('postgres', "SELECT ($workers_sql) = '$expected'"),
 	'workers are present after a restart');
 cmp_ok($node->safe_psql('postgres', 'SELECT pgrac_ic_ping(1)'), '>', 0,
 	'ping after restart');
@@ -110,6 +110,6 @@ start_fails_with('open_key',
 	"cluster.interconnect_tier = tier3\ncluster.nodes = '1\@127.0.0.1:7401,2\@127.0.0.1:7402'\ncluster.auth_key_file = '$key'\n",
 	qr/cluster\.auth_key_file: .*(mode|permission|readable)/i);
 start_fails_with('bad_nodes', "cluster.nodes = '1\@nowhere'\n",
-	qr/invalid value for parameter "cluster\.nodes"/);
+	qr/FATAL:  invalid value for parameter "cluster\.nodes": entry 1/);
 
 done_testing();

@@ -5,6 +5,7 @@ use strict;
 use warnings;
 
 use FindBin;
+use JSON::PP;
 use lib $FindBin::RealBin;
 use PgracCluster;
 use PostgreSQL::Test::Utils;
@@ -85,6 +86,23 @@ my $ok = IPC::Run::run(
 ok($ok, 'pgrac_ctl status exits 0') or diag($err);
 like($out, qr/tier3/, 'pgrac_ctl status shows the tier');
 like($out, qr/\bUP\b/, 'pgrac_ctl status shows peers UP');
+
+# The same as one JSON document: the views' columns by name, typed.
+$ok = IPC::Run::run(
+	[
+		'pgrac_ctl', 'status', '-h', $c->node(1)->host, '-p', $c->node(1)->port,
+		'-d', 'postgres', '--json'
+	],
+	'>', \$out, '2>', \$err);
+ok($ok, 'pgrac_ctl status --json exits 0') or diag($err);
+my $doc = eval { JSON::PP::decode_json($out) };
+ok($doc, 'pgrac_ctl status --json prints JSON') or diag($@, $out);
+is($doc->{rdma_status}{tier}, 'tier3', 'status --json: the tier');
+is($doc->{rdma_status}{node_id}, 1, 'status --json: node_id is a number');
+is(scalar(grep { $_->{state} eq 'UP' } @{ $doc->{peers} }), 3, 'status --json: 3 peers UP');
+ok(exists $doc->{peers}[0]{notes_recv}, 'status --json: peers carry notes_recv');
+is(scalar(grep { !defined $_->{peer_node_id} } @{ $doc->{counters} }),
+	1, 'status --json: one total row in the counters');
 
 is($c->node(1)->safe_psql('postgres',
 		q{SELECT count(*) FROM pg_cluster_rdma_errors WHERE severity = 'ERROR'}),

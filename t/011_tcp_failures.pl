@@ -17,25 +17,26 @@ use Time::HiRes qw(time sleep);
 my $c = PgracCluster->new(n => 3, tier => 'tier3');
 my $rpc_timeout_ms = 5000;
 
-# A stream of exactly-once probes from node $i to @targets for $seconds,
+# A stream of exactly-once probes (numbered stream $stream) from node $i to
+# @targets for $seconds,
 # recorded in table outcomes on node $i. Runs in the background.
 sub start_stream
 {
-	my ($i, $seconds, @targets) = @_;
+	my ($i, $stream, $seconds, @targets) = @_;
 	my $node = $c->node($i);
 	my $targets = join(',', @targets);
 	$node->safe_psql('postgres',
 		'CREATE TABLE IF NOT EXISTS outcomes(target int, seq int, outcome text, ms float8)');
 	my $sql = <<"EOS";
 DO \$\$
-DECLARE t0 timestamptz; o text; s int := 0; stop timestamptz := clock_timestamp() + interval '$seconds s';
+DECLARE i int; t0 timestamptz; o text; s int := 0; stop timestamptz := clock_timestamp() + interval '$seconds s';
 BEGIN
   WHILE clock_timestamp() < stop LOOP
     s := s + 1;
     FOREACH i IN ARRAY '{$targets}'::int[] LOOP
       t0 := clock_timestamp();
       BEGIN
-        o := pgrac_ic_seq_rpc(i, $i, s);
+        o := pgrac_ic_seq_rpc(i, $stream, s);
       EXCEPTION WHEN OTHERS THEN
         o := 'error: ' || SQLERRM;
       END;
@@ -46,9 +47,10 @@ BEGIN
 END \$\$;
 EOS
 	my ($out, $err) = ('', '');
+	# The script goes on the command line: IPC::Run feeds stdin only when pumped.
 	my $h = IPC::Run::start(
-		[ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr('postgres') ],
-		'<', \$sql, '>', \$out, '2>', \$err,
+		[ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr('postgres'), '-c', $sql ],
+		'<', \undef, '>', \$out, '2>', \$err,
 		IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default));
 	return { h => $h, out => \$out, err => \$err, node => $node, i => $i };
 }
@@ -75,7 +77,7 @@ sub kill_instance
 }
 
 # ---- 1. SIGKILL one instance under RPC streams from the two others
-my @streams = (start_stream(1, 14, 2, 3), start_stream(2, 14, 1, 3));
+my @streams = (start_stream(1, 1, 14, 2, 3), start_stream(2, 2, 14, 1, 3));
 sleep 3;
 kill_instance(3);
 sleep 1;
@@ -122,7 +124,7 @@ like(
 	'node 1 recorded that node 3 went away');
 
 # ---- 2. a stopped listener is DOWN within peer_timeout, UP after SIGCONT
-my $stream = start_stream(1, 9, 2);
+my $stream = start_stream(1, 5, 9, 2);
 sleep 1;
 my $listener = $c->worker_pid(2, 'pgrac_ic listener');
 kill 'STOP', $listener;
@@ -141,6 +143,9 @@ is( $c->node(1)->safe_psql('postgres',
 		q{SELECT count(*) FROM outcomes WHERE outcome IN ('duplicate', 'reordered')}),
 	'0',
 	'across the stop and the reconnect no RPC was applied twice');
+cmp_ok( $c->node(1)->safe_psql('postgres',
+		'SELECT retransmits FROM pg_cluster_rdma_counters WHERE peer_node_id = 2'),
+	'>', 0, 'what the stopped peer had not acknowledged was resent after the reconnect');
 is( $c->node(1)->safe_psql('postgres',
 		q{SELECT outcome FROM outcomes ORDER BY seq DESC LIMIT 1}),
 	'applied', 'RPCs work again after SIGCONT');

@@ -14,7 +14,11 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 # PgracCluster->new(n => 3, tier => 'tier3', conf => "extra lines",
-#                   node_conf => { 2 => "lines for node 2" }, start => 1)
+#                   node_conf => { 2 => "lines for node 2" }, start => 1,
+#                   before_copy => sub { my $node1 = shift; ... })
+# before_copy (optional): run against node 1, started alone without pgrac_ic,
+# before its data directory is copied (e.g. pgbench -i): every copy then has
+# the same relations with the same relfilenodes and contents.
 sub new
 {
 	my ($class, %args) = @_;
@@ -31,6 +35,12 @@ sub new
 
 	my $first = PostgreSQL::Test::Cluster->new('node1');
 	$first->init;
+	if ($args{before_copy})
+	{
+		$first->start;
+		$args{before_copy}->($first);
+		$first->stop;
+	}
 	push @{ $self->{nodes} }, $first;
 	for my $i (2 .. $n)
 	{

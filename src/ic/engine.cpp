@@ -12,7 +12,9 @@ namespace {
 constexpr int kOutboundBudget = 4096;  // ring records per run_once, for fairness
 constexpr size_t kOverflowLimitBytes = 256u << 20;
 
-int64_t now_us() { return static_cast<int64_t>(monotonic_ns() / 1000); }
+int64_t now_us() {
+    return static_cast<int64_t>(monotonic_ns() / 1000);
+}
 
 }  // namespace
 
@@ -29,8 +31,8 @@ Engine::Engine(EngineConfig config, IcShared* shm, EngineHost& host, const Trans
         p.addr = n;
         p.shm = ps;
         p.dialer = me < n.node_id;
-        for (int i = 0; i < lanes; i++) p.lanes.emplace_back(Lane{0, false, false, false,
-                                                                  Session(cfg_.session_limits)});
+        for (int i = 0; i < lanes; i++)
+            p.lanes.emplace_back(Lane{0, false, false, false, Session(cfg_.session_limits)});
         peer_index_[n.node_id] = static_cast<int>(peers_.size());
         peers_.push_back(std::move(p));
     }
@@ -39,9 +41,13 @@ Engine::Engine(EngineConfig config, IcShared* shm, EngineHost& host, const Trans
 
 Engine::~Engine() = default;
 
-const char* Engine::transport_name() const { return transport_->name(); }
+const char* Engine::transport_name() const {
+    return transport_->name();
+}
 
-int Engine::wait_fd() const { return transport_->wait_fd(); }
+int Engine::wait_fd() const {
+    return transport_->wait_fd();
+}
 
 int Engine::next_timeout_ms() const {
     if (overflow_bytes_ > 0) return 1;
@@ -50,7 +56,8 @@ int Engine::next_timeout_ms() const {
     return static_cast<int>((delta + 999) / 1000);
 }
 
-void Engine::run_once() {
+bool Engine::run_once() {
+    const uint64_t before = work_;
     transport_->poll(0);
     drain_overflow();
     drain_outbound();
@@ -59,6 +66,7 @@ void Engine::run_once() {
         if (lms_to_wake_ & (1u << w)) host_.wake_lms(w);
     }
     lms_to_wake_ = 0;
+    return work_ != before;
 }
 
 Engine::Peer* Engine::peer_by_node(uint16_t node) {
@@ -88,6 +96,7 @@ void Engine::drain_outbound() {
             report(ErrorType::Internal, Severity::Error, -1, "malformed record in outbound ring");
         }
         ring.pop();
+        work_++;
     }
 }
 
@@ -118,7 +127,8 @@ void Engine::route_outbound(uint16_t node, uint16_t flags, const uint8_t* payloa
                "message for node " + std::to_string(node) + " dropped: not in cluster.nodes");
         return;
     }
-    if ((flags & kFlagRpcRequest) && (p->state == PeerState::Down || p->state == PeerState::Error)) {
+    if ((flags & kFlagRpcRequest) &&
+        (p->state == PeerState::Down || p->state == PeerState::Error)) {
         release_queued(node, 1, frame_bytes);
         fail_rpc(mh.rpc_id, PGRAC_IC_UNREACHABLE);
         return;
@@ -136,8 +146,7 @@ int Engine::choose_lane(const Peer& p, uint16_t flags, uint32_t route_key) const
     return 1 + static_cast<int>(route_key % static_cast<uint32_t>(bulk));
 }
 
-void Engine::send_message(Peer& p, int lane, uint16_t flags, const uint8_t* payload,
-                          uint32_t len) {
+void Engine::send_message(Peer& p, int lane, uint16_t flags, const uint8_t* payload, uint32_t len) {
     Lane& l = p.lanes[lane];
     FrameHeader h;
     h.type = FrameType::Message;
@@ -217,7 +226,9 @@ void Engine::deliver_reply(uint64_t rpc_id, uint32_t status, const uint8_t* body
         host_.wake_process(slot_no);
 }
 
-void Engine::fail_rpc(uint64_t rpc_id, uint32_t status) { deliver_reply(rpc_id, status, nullptr, 0); }
+void Engine::fail_rpc(uint64_t rpc_id, uint32_t status) {
+    deliver_reply(rpc_id, status, nullptr, 0);
+}
 
 void Engine::fail_outstanding(uint16_t node, uint32_t status) {
     std::vector<uint64_t> ids;

@@ -38,7 +38,7 @@ struct EngineConfig {
 
 // What the engine needs from the process that runs it.
 class EngineHost {
-public:
+  public:
     virtual ~EngineHost() = default;
     // Wake the process that owns reply slot `procno` (its RPC completed).
     virtual void wake_process(uint32_t procno) = 0;
@@ -50,11 +50,10 @@ public:
     virtual void on_peer_lost(uint16_t node_id) { (void)node_id; }
 };
 
-using TransportFactory =
-    std::function<std::unique_ptr<tiers::Transport>(tiers::TransportHandler&)>;
+using TransportFactory = std::function<std::unique_ptr<tiers::Transport>(tiers::TransportHandler&)>;
 
 class Engine final : public tiers::TransportHandler, public HandshakePolicy {
-public:
+  public:
     Engine(EngineConfig config, IcShared* shm, EngineHost& host, const TransportFactory& make);
     ~Engine() override;
     Engine(const Engine&) = delete;
@@ -65,8 +64,12 @@ public:
     int wait_fd() const;
     // Milliseconds until the next timer is due (0 if work is pending).
     int next_timeout_ms() const;
-    // Does all ready work without blocking.
-    void run_once();
+    // Does all ready work without blocking. True if anything moved (a frame
+    // in, a record out, a timer fired), which tells the owner whether
+    // busy-polling a little longer is likely to pay.
+    bool run_once();
+    // RPCs that went out from this instance and wait for their reply.
+    bool awaiting_replies() const { return !outstanding_.empty(); }
     // Tells peers we are going away and closes every connection.
     void shutdown();
     const char* transport_name() const;
@@ -86,7 +89,7 @@ public:
     RejectReason check_peer(uint16_t node_id, const std::string& peer_address) override;
     uint32_t last_seq_received(uint16_t node_id, uint8_t lane) override;
 
-private:
+  private:
     struct Lane {
         tiers::ConnId conn = 0;
         bool up = false;
@@ -167,12 +170,13 @@ private:
     std::vector<Peer> peers_;
     std::vector<int> peer_index_;  // node id -> index in peers_, or -1
     std::unordered_map<tiers::ConnId, Conn> conns_;
-    std::unordered_map<uint32_t, Outstanding> outstanding_;  // by reply slot
+    std::unordered_map<uint32_t, Outstanding> outstanding_;   // by reply slot
     std::vector<std::deque<std::vector<uint8_t>>> overflow_;  // per LMS worker
     size_t overflow_bytes_ = 0;
     uint32_t lms_to_wake_ = 0;  // bitmask
     int64_t next_timer_us_ = 0;
     bool shutting_down_ = false;
+    uint64_t work_ = 0;  // bumped by everything that moves a message
 };
 
 }  // namespace pgrac::ic

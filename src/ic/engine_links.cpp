@@ -18,7 +18,9 @@ constexpr size_t kHeartbeatSize = 16;  // u8 kind, 3 pad, u32 epoch, u64 timesta
 constexpr uint8_t kHeartbeatPing = 0;
 constexpr uint8_t kHeartbeatPong = 1;
 
-int64_t now_us() { return static_cast<int64_t>(monotonic_ns() / 1000); }
+int64_t now_us() {
+    return static_cast<int64_t>(monotonic_ns() / 1000);
+}
 
 // Numeric forms of a configured host, to check where a peer connects from.
 std::vector<std::string> resolve_numeric(const std::string& host) {
@@ -29,8 +31,8 @@ std::vector<std::string> resolve_numeric(const std::string& host) {
     if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return out;
     for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
         char buf[NI_MAXHOST];
-        if (getnameinfo(ai->ai_addr, ai->ai_addrlen, buf, sizeof buf, nullptr, 0,
-                        NI_NUMERICHOST) == 0)
+        if (getnameinfo(ai->ai_addr, ai->ai_addrlen, buf, sizeof buf, nullptr, 0, NI_NUMERICHOST) ==
+            0)
             out.emplace_back(buf);
     }
     freeaddrinfo(res);
@@ -43,15 +45,23 @@ std::string strip_v4_mapped(const std::string& a) {
 
 ErrorType error_type_for(RejectReason r) {
     switch (r) {
-        case RejectReason::VersionMismatch: return ErrorType::VersionMismatch;
-        case RejectReason::ClusterMismatch: return ErrorType::ClusterMismatch;
-        case RejectReason::SystemMismatch: return ErrorType::SystemMismatch;
+        case RejectReason::VersionMismatch:
+            return ErrorType::VersionMismatch;
+        case RejectReason::ClusterMismatch:
+            return ErrorType::ClusterMismatch;
+        case RejectReason::SystemMismatch:
+            return ErrorType::SystemMismatch;
         case RejectReason::UnknownNode:
-        case RejectReason::SelfConnect: return ErrorType::UnknownNode;
-        case RejectReason::AddressMismatch: return ErrorType::AddressMismatch;
-        case RejectReason::WrongKey: return ErrorType::WrongKey;
-        case RejectReason::ShuttingDown: return ErrorType::PeerDown;
-        default: return ErrorType::HandshakeFailed;
+        case RejectReason::SelfConnect:
+            return ErrorType::UnknownNode;
+        case RejectReason::AddressMismatch:
+            return ErrorType::AddressMismatch;
+        case RejectReason::WrongKey:
+            return ErrorType::WrongKey;
+        case RejectReason::ShuttingDown:
+            return ErrorType::PeerDown;
+        default:
+            return ErrorType::HandshakeFailed;
     }
 }
 
@@ -146,7 +156,8 @@ void Engine::run_timers(int64_t now) {
     flush_acks(now);
     for (const Peer& p : peers_)
         for (const Lane& l : p.lanes)
-            if (l.ack_due_since_us != 0) next = std::min(next, l.ack_due_since_us + cfg_.ack_delay_us);
+            if (l.ack_due_since_us != 0)
+                next = std::min(next, l.ack_due_since_us + cfg_.ack_delay_us);
     next_timer_us_ = next;
 }
 
@@ -177,8 +188,9 @@ void Engine::dial(Peer& p, int lane, int64_t now) {
 }
 
 void Engine::schedule_redial(Lane& l, int64_t now) {
-    l.backoff_ms = std::clamp(l.backoff_ms * 2, kMinBackoffMs,
-                              std::min(kMaxBackoffMs, std::max(kMinBackoffMs, cfg_.heartbeat_interval_ms)));
+    l.backoff_ms =
+        std::clamp(l.backoff_ms * 2, kMinBackoffMs,
+                   std::min(kMaxBackoffMs, std::max(kMinBackoffMs, cfg_.heartbeat_interval_ms)));
     l.next_dial_us = now + 1000 * l.backoff_ms;
 }
 
@@ -228,6 +240,7 @@ void Engine::on_frame(tiers::ConnId id, const FrameHeader& h, const uint8_t* pay
     auto it = conns_.find(id);
     if (it == conns_.end()) return;
     Conn& c = it->second;
+    work_++;
     if (!c.established) {
         handshake_frame(id, c, h, payload);
         return;
@@ -273,7 +286,7 @@ void Engine::on_closed(tiers::ConnId id, const std::string& reason, FrameError e
     conns_.erase(it);
     const int node = c.peer >= 0 ? peers_[c.peer].addr.node_id : -1;
     if (err != FrameError::None) {
-        ErrorType t = err == FrameError::BadChecksum        ? ErrorType::BadChecksum
+        ErrorType t = err == FrameError::BadChecksum       ? ErrorType::BadChecksum
                       : err == FrameError::PayloadTooLarge ? ErrorType::OversizedMessage
                                                            : ErrorType::MalformedFrame;
         report(t, Severity::Error, node,
@@ -506,6 +519,7 @@ void Engine::update_state(Peer& p) {
     if (p.lanes[0].up) {
         if (p.state != PeerState::Up) {
             host_.log(Severity::Info, "node " + std::to_string(p.addr.node_id) + " is UP");
+            p.shm->last_error[0] = '\0';  // history stays in pg_cluster_rdma_errors
             p.next_heartbeat_us = now_us();
             set_state(p, PeerState::Up);
         }

@@ -6,9 +6,12 @@ namespace pgrac::ic {
 
 const char* seq_outcome_name(SeqOutcome o) {
     switch (o) {
-        case SeqOutcome::Applied: return "applied";
-        case SeqOutcome::Duplicate: return "duplicate";
-        case SeqOutcome::Reordered: return "reordered";
+        case SeqOutcome::Applied:
+            return "applied";
+        case SeqOutcome::Duplicate:
+            return "duplicate";
+        case SeqOutcome::Reordered:
+            return "reordered";
     }
     return "unknown";
 }

@@ -108,6 +108,9 @@ struct IcShared {
     RdmaStatusShared rdma;
     // Transport-wide counters of the verbs tiers (zero elsewhere).
     uint64_t mr_cache_hits, mr_cache_misses, cq_overflows, qp_errors;
+    // Also verbs only, published by the listener (verbs_glue.cpp): send and
+    // receive completions of frames, and CQ/SRQ rebuilds after an overflow.
+    uint64_t verbs_sends, verbs_recvs, cq_rebuilds;
 
     PeerShared peers[kMaxNodes];  // index node_id - 1
     LatencyHistogram total_latency;

@@ -18,9 +18,15 @@ extern "C" {
 PGDLLEXPORT void pgrac_ic_lms_main(Datum arg);
 }
 
+#include <sched.h>
+
 #include <cstring>
 
+#include "guc.hpp"
+
+#include "ic/adaptive_spin.hpp"
 #include "ic/atomics.hpp"
+#include "lms/ges_service.hpp"
 #include "lms/handler_registry.hpp"
 #include "send_path.hpp"
 #include "shmem.hpp"
@@ -30,6 +36,9 @@ using namespace pgrac::ic;
 namespace {
 
 MemoryContext g_msg_context = nullptr;
+// How long to poll the inbox before sleeping, learned from request gaps.
+AdaptiveSpin g_spin;
+uint64_t g_last_request_ns = 0;
 uint8_t* g_reply_body = nullptr;  // PGRAC_IC_MAX_MESSAGE bytes
 
 // Runs the handler; a PostgreSQL error becomes HANDLER_ERROR with its message
@@ -39,9 +48,7 @@ int run_handler(const pgrac::glue::HandlerEntry* h, const pgrac_ic_message* msg,
     volatile int status = PGRAC_IC_OK;
     MemoryContext old = MemoryContextSwitchTo(g_msg_context);
     PG_TRY();
-    {
-        status = h->fn(msg, reply);
-    }
+    { status = h->fn(msg, reply); }
     PG_CATCH();
     {
         MemoryContextSwitchTo(g_msg_context);
@@ -92,8 +99,8 @@ void handle_record(IcShared* shm, const uint8_t* rec, size_t len) {
             char text[kErrorDescriptionMax];
             snprintf(text, sizeof text, "handler \"%s\" failed: %.*s", h->name,
                      static_cast<int>(reply.len), static_cast<char*>(reply.body));
-            shm->errors.add(ErrorType::HandlerError, Severity::Warning, pre.node,
-                            unix_time_us(), text);
+            shm->errors.add(ErrorType::HandlerError, Severity::Warning, pre.node, unix_time_us(),
+                            text);
         }
     }
     if (!is_rpc) return;
@@ -119,22 +126,39 @@ void pgrac_ic_lms_main(Datum arg) {
     BackgroundWorkerInitializeConnection(nullptr, nullptr, 0);
 
     IcShared* shm = pgrac::glue::shared();
-    g_msg_context = AllocSetContextCreate(TopMemoryContext, "pgrac_ic LMS message",
-                                          ALLOCSET_DEFAULT_SIZES);
-    g_reply_body = static_cast<uint8_t*>(MemoryContextAlloc(TopMemoryContext, PGRAC_IC_MAX_MESSAGE));
+    g_msg_context =
+        AllocSetContextCreate(TopMemoryContext, "pgrac_ic LMS message", ALLOCSET_DEFAULT_SIZES);
+    g_reply_body =
+        static_cast<uint8_t*>(MemoryContextAlloc(TopMemoryContext, PGRAC_IC_MAX_MESSAGE));
     store_release(&shm->lms_procno[index], static_cast<int32_t>(MyProc->pgprocno));
     ShmRing inbox = inbox_ring(shm, static_cast<uint32_t>(index));
 
     while (!ShutdownRequestPending) {
         ResetLatch(MyLatch);
+        // GES: membership changes, request deadlines (src/lms/ges_service.cpp).
+        pgrac::glue::lms_tick(index);
         const uint8_t* rec;
         size_t len;
-        while (!ShutdownRequestPending && inbox.peek(&rec, &len)) {
-            handle_record(shm, rec, len);
-            inbox.pop();
-            CHECK_FOR_INTERRUPTS();
+        // Serve what is there, then keep polling a little: the next request
+        // of a conversation is often on its way.
+        g_spin.set_max_ns(static_cast<uint64_t>(pgrac_busy_poll_us) * 1000);
+        uint64_t idle_since = monotonic_ns();
+        for (;;) {
+            while (!ShutdownRequestPending && inbox.peek(&rec, &len)) {
+                const uint64_t now = monotonic_ns();
+                if (g_last_request_ns != 0) g_spin.observe(now - g_last_request_ns);
+                g_last_request_ns = now;
+                handle_record(shm, rec, len);
+                inbox.pop();
+                CHECK_FOR_INTERRUPTS();
+                idle_since = monotonic_ns();
+            }
+            if (ShutdownRequestPending || monotonic_ns() - idle_since >= g_spin.budget_ns()) break;
+            sched_yield();
         }
-        (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_EXIT_ON_PM_DEATH, -1L, PG_WAIT_EXTENSION);
+        // Bounded sleep so that lms_tick runs even when no message comes (GES).
+        (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+                        pgrac::glue::lms_tick_interval_ms(), PG_WAIT_EXTENSION);
         CHECK_FOR_INTERRUPTS();
         if (ConfigReloadPending) {
             ConfigReloadPending = false;

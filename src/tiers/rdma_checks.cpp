@@ -119,7 +119,10 @@ CheckResult check_driver(const RdmaInventory& inv, const RdmaDevice* dev) {
     const char* id = "driver";
     const char* name = "driver and rdma-core";
     if (!dev) return make(id, name, CheckStatus::kSkip, "no RDMA device");
-    const std::string rdma_core = rdma_core_version();
+    // What the process has mapped (the tree's proc/self/maps when recorded);
+    // live, the loaded library's file name as a fallback.
+    const std::string rdma_core =
+        !inv.rdma_core.empty() ? inv.rdma_core : (inv.live ? rdma_core_version() : "");
     std::string detail =
         "kernel driver " + (dev->driver.empty() ? std::string("unknown") : dev->driver);
     detail +=

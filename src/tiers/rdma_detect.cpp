@@ -1,6 +1,7 @@
 #include "tiers/rdma_detect.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <exception>
 #include <tuple>
 
@@ -162,6 +163,25 @@ void read_hugepages(const SysRoots& roots, RdmaInventory& inv) {
     }
 }
 
+// The first libibverbs mapped into the process, from <procfs>/self/maps.
+void read_rdma_core(const SysRoots& roots, RdmaInventory& inv) {
+    const std::string maps = read_or_empty(roots.procfs + "/self/maps");
+    size_t pos = 0;
+    while (pos < maps.size()) {
+        size_t end = maps.find('\n', pos);
+        if (end == std::string::npos) end = maps.size();
+        const std::string line = maps.substr(pos, end - pos);
+        pos = end + 1;
+        const size_t slash = line.find('/');
+        if (slash == std::string::npos) continue;
+        const std::string v = rdma_core_from_library_path(line.substr(slash));
+        if (!v.empty()) {
+            inv.rdma_core = v;
+            return;
+        }
+    }
+}
+
 void read_numa(const SysRoots& roots, RdmaInventory& inv) {
     const std::string dir = roots.sysfs + "/devices/system/node";
     std::vector<NumaNode> nodes;
@@ -194,6 +214,20 @@ const char* link_layer_name(LinkLayer ll) {
         default:
             return "unknown";
     }
+}
+
+std::string rdma_core_from_library_path(const std::string& path) {
+    // libibverbs.so.1.14.44.0 -> "44.0"
+    const std::string marker = "/libibverbs.so.1.";
+    const size_t at = path.rfind(marker);
+    if (at == std::string::npos) return "";
+    std::string rest = path.substr(at + marker.size());  // "14.44.0"
+    while (!rest.empty() && (rest.back() == ' ' || rest.back() == '\r')) rest.pop_back();
+    const size_t dot = rest.find('.');
+    if (dot == std::string::npos || dot + 1 >= rest.size()) return "";
+    for (char c : rest)
+        if (!std::isdigit(static_cast<unsigned char>(c)) && c != '.') return "";
+    return rest.substr(dot + 1);
 }
 
 std::string classify_vendor(const std::string& dev_name, const std::string& driver) {
@@ -230,6 +264,8 @@ RdmaInventory scan_rdma(const SysRoots& roots) {
         read_hugepages(roots, inv);
         read_numa(roots, inv);
         inv.kernel_release = read_or_empty(roots.procfs + "/sys/kernel/osrelease");
+        read_rdma_core(roots, inv);
+        inv.live = roots.live();
     } catch (const std::exception& e) {
         inv.errors.push_back(std::string("scan failed: ") + e.what());
     }

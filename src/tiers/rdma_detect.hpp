@@ -87,6 +87,11 @@ struct RdmaInventory {
     std::vector<NumaNode> numa_nodes;     // empty if the kernel shows none
     int uverbs_abi = -1;
     std::string kernel_release;
+    // rdma-core's version from the libibverbs mapped into this process
+    // (<procfs>/self/maps: .../libibverbs.so.1.<abi>.<rdma-core>), e.g. "44.0";
+    // empty when not mapped. A recorded tree carries its own proc/self/maps.
+    std::string rdma_core;
+    bool live = false;                // read from the running kernel's /sys and /proc
     std::vector<std::string> errors;  // what could not be read, for diagnostics
 };
 
@@ -102,6 +107,9 @@ int effective_numa_node(const RdmaInventory& inv, const RdmaDevice& dev);
 
 // procfs irq/<N>/smp_affinity_list for each IRQ.
 std::vector<IrqAffinity> read_irq_affinity(const SysRoots& roots, const std::vector<int>& irqs);
+
+// "44.0" from a path ending in libibverbs.so.1.14.44.0; empty if it does not.
+std::string rdma_core_from_library_path(const std::string& path);
 
 // "mlx5" for ConnectX devices driven by mlx5, else "other".
 std::string classify_vendor(const std::string& dev_name, const std::string& driver);

@@ -150,14 +150,7 @@ std::string rdma_core_version() {
         if (loaded.empty()) return "";
         char resolved[PATH_MAX];
         if (!realpath(loaded.c_str(), resolved)) return "";
-        // libibverbs.so.1.14.44.0 -> "44.0"
-        std::string file = resolved;
-        const std::string marker = "libibverbs.so.1.";
-        size_t at = file.rfind(marker);
-        if (at == std::string::npos) return "";
-        std::string rest = file.substr(at + marker.size());  // "14.44.0"
-        size_t dot = rest.find('.');
-        return dot == std::string::npos ? "" : rest.substr(dot + 1);
+        return rdma_core_from_library_path(resolved);
     } catch (const std::exception&) {
         return "";
     }

@@ -21,7 +21,7 @@ using pgrac::glue::counter_datum;
 
 namespace {
 
-constexpr int kColumns = 19;
+constexpr int kColumns = 21;
 
 struct Row {
     uint64_t msgs_sent, msgs_recv, bytes_sent, bytes_recv, rpcs_sent, rpcs_served, retransmits,
@@ -65,13 +65,14 @@ void put_row(ReturnSetInfo* rsinfo, const IcShared* shm, int node, const Row& r,
                        r.queued_msgs, r.queued_bytes})
         v[i++] = counter_datum(c);
     // MR cache and CQ counters exist only on the verbs tiers, transport-wide.
-    const uint64_t lookups = shm->mr_cache_hits + shm->mr_cache_misses;
+    const uint64_t hits = load_relaxed(&shm->mr_cache_hits);
+    const uint64_t lookups = hits + load_relaxed(&shm->mr_cache_misses);
     if (verbs && node <= 0 && lookups > 0)
-        v[i] = Float8GetDatum(static_cast<double>(shm->mr_cache_hits) / static_cast<double>(lookups));
+        v[i] = Float8GetDatum(static_cast<double>(hits) / static_cast<double>(lookups));
     else
         n[i] = true;
     i++;
-    if (verbs && node <= 0) v[i] = counter_datum(shm->cq_overflows); else n[i] = true;
+    if (verbs && node <= 0) v[i] = counter_datum(load_relaxed(&shm->cq_overflows)); else n[i] = true;
     i++;
     const uint64_t samples = h.total();
     for (double q : {0.5, 0.99, 0.999}) {
@@ -79,6 +80,12 @@ void put_row(ReturnSetInfo* rsinfo, const IcShared* shm, int node, const Row& r,
         i++;
     }
     v[i++] = counter_datum(samples);
+    // Frames the verbs transport moved (send and receive completions): proof
+    // that the traffic went over RDMA, not a TCP fallback. Total row only.
+    for (const uint64_t* c : {&shm->verbs_sends, &shm->verbs_recvs}) {
+        if (verbs && node <= 0) v[i] = counter_datum(load_relaxed(c)); else n[i] = true;
+        i++;
+    }
     Assert(i == kColumns);
     tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, v, n);
 }

@@ -26,7 +26,8 @@ Datum pgrac_ic_broadcast_note(PG_FUNCTION_ARGS) {
     int sent = 0;
     for (const NodeAddress& n : pgrac::glue::configured_nodes()) {
         if (n.node_id == pgrac_ic_my_node_id()) continue;
-        const int rc = pgrac_ic_send(n.node_id, PGRAC_IC_MSG_NOTE, 0, VARDATA_ANY(body), len, 0, -1);
+        const int rc =
+            pgrac_ic_send(n.node_id, PGRAC_IC_MSG_NOTE, 0, VARDATA_ANY(body), len, 0, -1);
         if (rc != PGRAC_IC_OK) pgrac::glue::raise_status(rc, n.node_id, "broadcast", nullptr, 0);
         sent++;
     }
@@ -44,10 +45,13 @@ Datum pgrac_ic_seq_rpc(PG_FUNCTION_ARGS) {
         ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                         errmsg("stream must be between 0 and %d", kSeqStreams - 1)));
     if (seq < 0)
-        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("seq must not be negative")));
+        ereport(ERROR,
+                (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("seq must not be negative")));
     uint8_t body[12];
-    for (int i = 0; i < 4; i++) body[i] = static_cast<uint8_t>(static_cast<uint32_t>(stream) >> (8 * i));
-    for (int i = 0; i < 8; i++) body[4 + i] = static_cast<uint8_t>(static_cast<uint64_t>(seq) >> (8 * i));
+    for (int i = 0; i < 4; i++)
+        body[i] = static_cast<uint8_t>(static_cast<uint32_t>(stream) >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        body[4 + i] = static_cast<uint8_t>(static_cast<uint64_t>(seq) >> (8 * i));
     uint8_t reply[256];
     uint32_t reply_len = 0;
     const int rc = pgrac_ic_rpc(node, PGRAC_IC_MSG_SEQ, static_cast<uint32_t>(stream), body,

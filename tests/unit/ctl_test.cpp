@@ -5,15 +5,20 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <regex>
 #include <sstream>
 #include <string>
 
 #include "loopback.hpp"
+#include "status.hpp"
 #include "table.hpp"
+#include "tiers/rdma_checks.hpp"
 #include "tiers/rdma_live.hpp"
 #include "tiers/tier_select.hpp"
 
@@ -60,6 +65,36 @@ std::string roots(const std::string& scenario) {
 
 CtlRun ctl(const std::string& args) {
     return sh(kCtl + " " + args);
+}
+
+const std::string kGolden = std::string(PGRAC_SOURCE_DIR) + "/tests/data/ctl/";
+
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+    for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
+        s.replace(at, from.size(), to);
+    return s;
+}
+
+// A run as a golden file holds it: stdout, stderr if any, the exit code; the
+// recorded trees' directory as @DATA@/.
+std::string golden_text(const CtlRun& r) {
+    std::string s = r.out;
+    if (!r.err.empty()) s += "--- stderr ---\n" + r.err;
+    s += "--- exit " + std::to_string(r.rc) + " ---\n";
+    return replace_all(s, kData, "@DATA@/");
+}
+
+// Byte-for-byte comparison with tests/data/ctl/<file>. PGRAC_UPDATE_GOLDEN=1
+// rewrites the file instead (review the diff before committing it).
+void expect_golden(const std::string& file, const CtlRun& r) {
+    const std::string got = golden_text(r);
+    const std::string path = kGolden + file;
+    if (const char* u = std::getenv("PGRAC_UPDATE_GOLDEN"); u && *u == '1') {
+        fs::create_directories(kGolden);
+        std::ofstream(path, std::ios::binary) << got;
+    }
+    ASSERT_TRUE(fs::exists(path)) << path << " is missing; PGRAC_UPDATE_GOLDEN=1 writes it";
+    EXPECT_EQ(got, slurp(path)) << "differs from " << path;
 }
 
 // RESULT column of a check's row in the table.
@@ -168,6 +203,74 @@ TEST(CtlVerify, JsonForEachScenario) {
     EXPECT_EQ(port["dcqcn"], "enabled (priorities 3)");
     EXPECT_EQ(roce["devices"][0]["numa_node"], 1);
     EXPECT_EQ(roce["devices"][0]["irqs"].size(), 8u);
+}
+
+// The whole output of every command on every recorded tree, against the
+// expected files in tests/data/ctl: any change to a check, its wording, the
+// table layout or the JSON shows up here.
+TEST(CtlGolden, VerifyTable) {
+    for (const Scenario& s : kScenarios) {
+        SCOPED_TRACE(s.name);
+        const CtlRun r = ctl(roots(s.name) + " verify rdma");
+        EXPECT_EQ(r.rc, s.exit_code);
+        expect_golden(std::string(s.name) + ".verify.txt", r);
+    }
+}
+
+TEST(CtlGolden, VerifyJson) {
+    for (const Scenario& s : kScenarios) {
+        SCOPED_TRACE(s.name);
+        const CtlRun r = ctl(roots(s.name) + " verify rdma --json");
+        EXPECT_EQ(r.rc, s.exit_code);
+        expect_golden(std::string(s.name) + ".verify.json", r);
+    }
+}
+
+TEST(CtlGolden, BindIrqsDryRun) {
+    for (const Scenario& s : kScenarios) {
+        SCOPED_TRACE(s.name);
+        const CtlRun r = ctl(roots(s.name) + " numa bind-irqs --dry-run");
+        expect_golden(std::string(s.name) + ".bind-irqs-dry-run.txt", r);
+    }
+}
+
+TEST(CtlGolden, VerifyWithOptions) {
+    expect_golden("mlx5_ib_good.verify-device-mlx5_7.txt",
+                  ctl(roots("mlx5_ib_good") + " verify rdma --device mlx5_7"));
+    expect_golden("mlx5_ib_good.verify-tier2-strict.txt",
+                  ctl(roots("mlx5_ib_good") + " verify rdma --tier tier2 --strict"));
+}
+
+// pg_cluster_rdma_status.verify_issues of an instance started on the same
+// machine: src/tier_startup.cpp calls quick_verify_issues with these options.
+// They must be exactly the WARN/FAIL rows of verify rdma (bar the loopback
+// test, which only pgrac_ctl runs), in the same words.
+TEST(CtlVerify, SameIssuesAsARunningInstance) {
+    for (const Scenario& s : kScenarios) {
+        SCOPED_TRACE(s.name);
+        pgrac::tiers::SysRoots sr;
+        sr.sysfs = kData + s.name + "/sys";
+        sr.procfs = kData + s.name + "/proc";
+        pgrac::tiers::VerifyOptions opts;  // as tier_startup.cpp sets them
+        opts.requested_tier = "auto";
+        opts.strict = false;
+        opts.device = "";
+        opts.query_pfc = false;
+        const std::vector<std::string> instance = pgrac::tiers::quick_verify_issues(sr, opts);
+
+        const nlohmann::json j =
+            nlohmann::json::parse(ctl(roots(s.name) + " verify rdma --json").out);
+        std::vector<std::string> tool;
+        for (const auto& c : j["checks"]) {
+            const std::string result = c["result"];
+            if (c["id"] != "loopback" && (result == "WARN" || result == "FAIL"))
+                tool.push_back(c["id"].get<std::string>() + ": " + result + ": " +
+                               c["detail"].get<std::string>());
+        }
+        EXPECT_EQ(instance, tool);
+        // Only the good InfiniBand box has nothing to report.
+        EXPECT_EQ(instance.empty(), std::string(s.name) == "mlx5_ib_good");
+    }
 }
 
 TEST(CtlVerify, DeviceStrictAndTierOptions) {
@@ -288,8 +391,57 @@ TEST(CtlStatus, ConnectionFailureIsReported) {
     EXPECT_NE(r.err.find("cannot connect"), std::string::npos) << r.err;
 }
 
-// A scratch PostgreSQL with stand-in views of the same names (the extension's
-// own views are tested in TAP): proves the libpq path, the table and JSON.
+// The views as sql/pgrac_ic--0.1.0.sql defines them: view -> its columns
+// (name, type), from the OUT parameters of the function it selects from.
+using SqlColumns = std::vector<std::pair<std::string, std::string>>;
+std::map<std::string, SqlColumns> sql_views() {
+    const std::string sql = slurp(std::string(PGRAC_SOURCE_DIR) + "/sql/pgrac_ic--0.1.0.sql");
+    std::map<std::string, SqlColumns> fns, views;
+    const std::regex fn_re(R"(CREATE FUNCTION (\w+)\(([^)]*)\))");
+    for (std::sregex_iterator it(sql.begin(), sql.end(), fn_re), end; it != end; ++it) {
+        SqlColumns cols;
+        std::stringstream params((*it)[2].str());
+        std::string p;
+        while (std::getline(params, p, ',')) {
+            std::smatch m;
+            static const std::regex out_re(R"(^\s*OUT\s+(\w+)\s+(.*?)\s*$)");
+            if (std::regex_match(p, m, out_re)) cols.emplace_back(m[1], m[2]);
+        }
+        fns[(*it)[1]] = cols;
+    }
+    const std::regex view_re(R"(CREATE VIEW (\w+) AS SELECT \* FROM (\w+)\(\))");
+    for (std::sregex_iterator it(sql.begin(), sql.end(), view_re), end; it != end; ++it)
+        views[(*it)[1]] = fns[(*it)[2]];
+    return views;
+}
+
+// status reads its columns by name, and every one of them exists in the
+// extension's SQL (a renamed or dropped column fails here, not in the field).
+TEST(CtlStatus, QueriesNamedColumnsOfTheExtensionsViews) {
+    const auto views = sql_views();
+    ASSERT_EQ(views.count("pg_cluster_ic_peers"), 1u);
+    for (const pgrac::ctl::StatusView& v : pgrac::ctl::status_views()) {
+        SCOPED_TRACE(v.name);
+        ASSERT_EQ(views.count(v.name), 1u);
+        const SqlColumns& cols = views.at(v.name);
+        for (const pgrac::ctl::StatusColumn& c : v.columns) {
+            const bool found = std::any_of(cols.begin(), cols.end(),
+                                           [&](const auto& sc) { return sc.first == c.name; });
+            EXPECT_TRUE(found) << c.name << " is not a column of " << v.name;
+        }
+        const std::string q = pgrac::ctl::status_query(v);
+        EXPECT_EQ(q.find('*'), std::string::npos) << q;
+        EXPECT_NE(q.find(std::string(" FROM ") + v.name), std::string::npos) << q;
+    }
+    // The columns other engineers added are read too.
+    const auto& peers = pgrac::ctl::status_views()[1];
+    EXPECT_NE(pgrac::ctl::status_query(peers).find("notes_recv"), std::string::npos);
+}
+
+// A scratch PostgreSQL with stand-in views built from the extension's SQL
+// (same names, columns and types, plus a column pgrac_ctl does not know): proves
+// the libpq path, the table and JSON. The real views are checked in TAP
+// (t/010_tcp_cluster.pl).
 TEST(CtlStatus, ReadsTheViewsOfARunningServer) {
     const std::string bin = "/usr/lib/postgresql/15/bin";
     if (geteuid() != 0 || access((bin + "/initdb").c_str(), X_OK) != 0 ||
@@ -307,48 +459,114 @@ TEST(CtlStatus, ReadsTheViewsOfARunningServer) {
                  port + " -k " + dir + " -c listen_addresses=''\" start")
                   .rc,
               0);
-    const std::string sql =
-        "CREATE VIEW pg_cluster_rdma_status AS SELECT 'tier2'::text AS tier, 'auto'::text AS "
-        "tier_requested,"
-        " 'rxe0 port 1 is an ACTIVE Ethernet port'::text AS tier_reason, 'rxe0'::text AS hca_name,"
-        " 'other'::text AS hca_vendor, 'Ethernet'::text AS link_layer, false AS xrc, "
-        "'unknown'::text AS dcqcn,"
-        " '2MB'::text AS hugepage_size, 0 AS numa_node, 4096 AS cq_depth,"
-        " ARRAY['hugepages: WARN: none configured']::text[] AS verify_issues;"
-        "CREATE VIEW pg_cluster_ic_peers AS SELECT * FROM (VALUES (1, '10.0.0.1:5433', 'UP', "
-        "'tier2', 7::bigint,"
-        " 12.5::float8), (2, '10.0.0.2:5433', 'DOWN', 'tier2', 3::bigint, NULL::float8))"
-        " AS t(node_id, address, state, tier, incarnation, rtt_us);"
-        "CREATE VIEW pg_cluster_rdma_counters AS SELECT 1 AS peer_node_id, 10::bigint AS msgs_sent,"
-        " 9::bigint AS msgs_recv, 640::bigint AS bytes_sent, 576::bigint AS bytes_recv, 0::bigint "
-        "AS retransmits,"
-        " 0::bigint AS reconnects, 5.5::float8 AS p50_latency_us, 9.25::float8 AS p99_latency_us;";
-    EXPECT_EQ(sh(bin + "/psql -q -X -h " + dir + " -p " + port + " -U postgres -d postgres -c \"" +
-                 sql + "\"")
+
+    // Per view, the rows: column -> SQL literal; the rest are NULL.
+    using Row = std::map<std::string, std::string>;
+    const std::map<std::string, std::vector<Row>> values = {
+        {"pg_cluster_rdma_status",
+         {{{"node_id", "1"},
+           {"cluster_name", "'c1'"},
+           {"tier", "'tier2'"},
+           {"tier_requested", "'auto'"},
+           {"tier_reason", "'rxe0 port 1 is an ACTIVE Ethernet port'"},
+           {"strict", "false"},
+           {"listener_ready", "true"},
+           {"hca_name", "'rxe0'"},
+           {"hca_vendor", "'other'"},
+           {"link_layer", "'Ethernet'"},
+           {"xrc", "'no'"},
+           {"dcqcn", "'unknown'"},
+           {"hugepage_size", "'2MB'"},
+           {"numa_node", "0"},
+           {"cq_depth", "4096"},
+           {"verify_issues",
+            "ARRAY['vendor: WARN: other: rxe0 is soft-RoCE', 'hugepages: WARN: 2 MB: none "
+            "configured']"}}}},
+        {"pg_cluster_ic_peers",
+         {{{"node_id", "1"},
+           {"address", "'10.0.0.1:5433'"},
+           {"is_self", "true"},
+           {"state", "'UP'"},
+           {"tier", "'tier2'"},
+           {"incarnation", "7"},
+           {"rtt_us", "12.5"},
+           {"notes_recv", "3"}},
+          {{"node_id", "2"},
+           {"address", "'10.0.0.2:5433'"},
+           {"is_self", "false"},
+           {"state", "'DOWN'"},
+           {"tier", "'tier2'"},
+           {"incarnation", "3"},
+           {"notes_recv", "0"},
+           {"last_error", "'connection refused'"}}}},
+        {"pg_cluster_rdma_counters",
+         {{{"peer_node_id", "2"},
+           {"msgs_sent", "10"},
+           {"msgs_recv", "9"},
+           {"bytes_sent", "640"},
+           {"bytes_recv", "576"},
+           {"p50_latency_us", "5.5"},
+           {"p99_latency_us", "9.25"}},
+          {{"msgs_sent", "10"},
+           {"msgs_recv", "9"},
+           {"bytes_sent", "640"},
+           {"bytes_recv", "576"},
+           {"p50_latency_us", "5.5"},
+           {"p99_latency_us", "9.25"}}}},
+    };
+    std::string sql;
+    for (const auto& [view, cols] : sql_views()) {
+        if (!values.count(view)) continue;
+        std::string body;
+        for (const Row& row : values.at(view)) {
+            body += body.empty() ? "SELECT " : " UNION ALL SELECT ";
+            for (const auto& [name, type] : cols) {
+                auto it = row.find(name);
+                body +=
+                    (it == row.end() ? "NULL" : it->second) + "::" + type + " AS " + name + ", ";
+            }
+            body += "'ignored'::text AS future_col";  // a column added later
+        }
+        sql += "CREATE VIEW " + view + " AS " + body + ";\n";
+    }
+    const std::string sql_file = dir + "/views.sql";
+    std::ofstream(sql_file) << sql;
+    EXPECT_EQ(sh(bin + "/psql -q -X -v ON_ERROR_STOP=1 -h " + dir + " -p " + port +
+                 " -U postgres -d postgres -f " + sql_file)
                   .rc,
-              0);
+              0)
+        << sql;
 
     const std::string conn = " -h " + dir + " -p " + port + " -U postgres -d postgres";
+    auto scrub = [&](CtlRun r) {  // the scratch server's socket dir and port
+        r.out = replace_all(replace_all(r.out, dir, "@HOST@"), "\"" + port + "\"", "\"@PORT@\"");
+        r.out = replace_all(r.out, ":" + port + " ", ":@PORT@ ");
+        return r;
+    };
     CtlRun r = ctl("status" + conn + " --json");
     EXPECT_EQ(r.rc, 0) << r.err;
     const nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
     ASSERT_FALSE(j.is_discarded()) << r.out;
     EXPECT_EQ(j["rdma_status"]["tier"], "tier2");
-    EXPECT_EQ(j["rdma_status"]["xrc"], false);
+    EXPECT_EQ(j["rdma_status"]["strict"], false);
     EXPECT_EQ(j["rdma_status"]["cq_depth"], 4096);
-    EXPECT_EQ(j["rdma_status"]["verify_issues"], "{\"hugepages: WARN: none configured\"}");
+    EXPECT_EQ(j["rdma_status"]["verify_issues"],
+              nlohmann::json::array({"vendor: WARN: other: rxe0 is soft-RoCE",
+                                     "hugepages: WARN: 2 MB: none configured"}));
     ASSERT_EQ(j["peers"].size(), 2u);
     EXPECT_EQ(j["peers"][0]["state"], "UP");
     EXPECT_EQ(j["peers"][0]["rtt_us"], 12.5);
+    EXPECT_EQ(j["peers"][0]["notes_recv"], 3);
     EXPECT_TRUE(j["peers"][1]["rtt_us"].is_null());
     EXPECT_EQ(j["counters"][0]["bytes_sent"], 640);
+    EXPECT_TRUE(j["counters"][1]["peer_node_id"].is_null());
+    EXPECT_EQ(r.out.find("future_col"), std::string::npos) << r.out;
+    expect_golden("status.json", scrub(r));
 
     r = ctl("status" + conn);
     EXPECT_EQ(r.rc, 0) << r.err;
-    EXPECT_NE(r.out.find("Interconnect (pg_cluster_rdma_status)"), std::string::npos) << r.out;
-    EXPECT_NE(r.out.find("tier_reason"), std::string::npos) << r.out;
-    EXPECT_NE(r.out.find("10.0.0.2:5433"), std::string::npos) << r.out;
-    EXPECT_NE(r.out.find("p99_latency_us"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("future_col"), std::string::npos) << r.out;
+    expect_golden("status.txt", scrub(r));
 
     // A database without the views: a clear error and exit 1.
     EXPECT_EQ(sh(bin + "/psql -q -X -h " + dir + " -p " + port +
@@ -358,6 +576,26 @@ TEST(CtlStatus, ReadsTheViewsOfARunningServer) {
     r = ctl("status -h " + dir + " -p " + port + " -U postgres -d empty");
     EXPECT_EQ(r.rc, 1);
     EXPECT_NE(r.err.find("CREATE EXTENSION pgrac_ic"), std::string::npos) << r.err;
+    // Views of an older extension, without most columns pgrac_ctl reads: it
+    // shows what there is and lists what is missing.
+    EXPECT_EQ(sh(bin + "/psql -q -X -h " + dir + " -p " + port +
+                 " -U postgres -d empty -c \"CREATE VIEW pg_cluster_rdma_status AS SELECT 1 AS "
+                 "node_id, 'tier3'::text AS tier; CREATE VIEW pg_cluster_ic_peers AS SELECT 1 AS "
+                 "node_id, 'UP'::text AS state; CREATE VIEW pg_cluster_rdma_counters AS SELECT "
+                 "1 AS peer_node_id\"")
+                  .rc,
+              0);
+    r = ctl("status -h " + dir + " -p " + port + " -U postgres -d empty --json");
+    EXPECT_EQ(r.rc, 0) << r.err;
+    const nlohmann::json old = nlohmann::json::parse(r.out, nullptr, false);
+    ASSERT_FALSE(old.is_discarded()) << r.out;
+    EXPECT_EQ(old["rdma_status"], nlohmann::json({{"node_id", 1}, {"tier", "tier3"}}));
+    EXPECT_EQ(old["peers"][0]["state"], "UP");
+    EXPECT_EQ(old["missing_columns"]["peers"][0], "address");
+    EXPECT_EQ(old["missing_columns"]["counters"][0], "msgs_sent");
+    r = ctl("status -h " + dir + " -p " + port + " -U postgres -d empty");
+    EXPECT_EQ(r.rc, 0) << r.err;
+    EXPECT_NE(r.out.find("tier3"), std::string::npos) << r.out;
 
     sh(as_pg + bin + "/pg_ctl -s -D " + dir + "/data -m immediate stop");
     fs::remove_all(dir);

@@ -1,0 +1,231 @@
+#!/usr/bin/env bash
+# Cache Fusion and GES benchmark, side by side in one run on one machine, on a
+# temporary two-instance tier3 cluster (copies of one data directory that
+# pgbench -i filled, so both instances have pgbench_accounts):
+#   1. block fetch node 1 -> node 2 (pgrac_fetch_block_bench: backend ->
+#      listener -> TCP -> LMS on node 2 -> ReadBuffer/copy -> back), 1 and 7
+#      blocks per round trip, against raw TCP 8 KiB ping-pong and libpq
+#      get_raw_page on node 2 (what users do without an interconnect);
+#   2. lock + unlock of an uncontended global lock mastered on node 2
+#      (pgrac_ges_bench, and through libpq) against pg_advisory_lock + unlock
+#      over libpq;
+#   3. throughput with 1, 4 and 16 concurrent backends (pgbench -T on node 1):
+#      random single-block fetches from node 2; lock + unlock of a per-client
+#      global lock.
+# Runs as root (PostgreSQL parts as postgres); removes its cluster on exit.
+#
+#   bench/run_lms.sh [--build-dir DIR] [--iterations 5000] [--seconds 5]
+#                    [--markdown FILE] [--max-seconds 900]
+set -euo pipefail
+
+SRC_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="$SRC_DIR/build-bench"
+ITER=5000
+SECONDS_TPS=5
+MARKDOWN=""
+MAX_SECONDS=900
+PGBIN="${PGBIN:-/usr/lib/postgresql/15/bin}"
+PGUSER_OS=postgres
+
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --build-dir) BUILD_DIR="$2"; shift 2 ;;
+        --iterations) ITER="$2"; shift 2 ;;
+        --seconds) SECONDS_TPS="$2"; shift 2 ;;
+        --markdown) MARKDOWN="$2"; shift 2 ;;
+        --max-seconds) MAX_SECONDS="$2"; shift 2 ;;
+        -h | --help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+        *) echo "unknown argument: $1" >&2; exit 2 ;;
+    esac
+done
+[[ $(id -u) -eq 0 ]] || { echo "run_lms.sh: run as root" >&2; exit 2; }
+COMMAND_LINE="bench/run_lms.sh $*"
+COMMAND_LINE="${COMMAND_LINE% }"
+log() { echo "[run_lms $(date +%H:%M:%S)] $*" >&2; }
+as_pg() { runuser -u "$PGUSER_OS" -- "$@"; }
+
+WORK=""
+STARTED=()
+WATCHDOG=""
+cleanup() {
+    local rc=$?
+    trap - EXIT INT TERM
+    for d in "${STARTED[@]}"; do
+        as_pg "$PGBIN/pg_ctl" -D "$d" -m immediate -w -t 30 stop >/dev/null 2>&1 || true
+    done
+    [[ -n "$WORK" && -d "$WORK" ]] && rm -rf "$WORK"
+    [[ -n "$WATCHDOG" ]] && kill "$WATCHDOG" 2>/dev/null || true
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'log "interrupted"; exit 130' INT TERM
+(
+    trap 'kill "$sleeper" 2>/dev/null; exit 0' TERM
+    sleep "$MAX_SECONDS" &
+    sleeper=$!
+    wait "$sleeper"
+    echo "[run_lms] over --max-seconds $MAX_SECONDS: stopping" >&2
+    kill -TERM $$
+) &
+WATCHDOG=$!
+
+TCP_PINGPONG="$BUILD_DIR/bin/tcp_pingpong"
+LIBPQ_LATENCY="$BUILD_DIR/bin/libpq_latency"
+if [[ ! -x "$TCP_PINGPONG" || ! -x "$LIBPQ_LATENCY" ]]; then
+    log "building tcp_pingpong and libpq_latency in $BUILD_DIR"
+    timeout 900 cmake -S "$SRC_DIR" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+        -DPGRAC_BUILD_TESTS=OFF >/dev/null
+    timeout 900 cmake --build "$BUILD_DIR" -j2 --target tcp_pingpong libpq_latency >/dev/null
+fi
+
+port_free() { ! ss -Htan "( sport = :$1 )" 2>/dev/null | grep -q .; }
+pick_port() {
+    local low=$1 high=$2 p
+    shift 2
+    for _ in $(seq 1 200); do
+        p=$((low + RANDOM % (high - low + 1)))
+        if port_free "$p" && [[ " $* " != *" $p "* ]]; then echo "$p"; return 0; fi
+    done
+    return 1
+}
+PG1=$(pick_port 56000 56999)
+PG2=$(pick_port 56000 56999 "$PG1")
+IC1=$(pick_port 57000 57999)
+IC2=$(pick_port 57000 57999 "$IC1")
+
+WORK=$(mktemp -d /tmp/pgrac-lms-XXXX)
+chown "$PGUSER_OS": "$WORK"
+chmod 700 "$WORK"
+as_pg bash -c "umask 077; openssl rand -hex 32 > '$WORK/key'"
+as_pg "$PGBIN/initdb" -D "$WORK/base" -A trust -U postgres --no-sync >"$WORK/initdb.log" 2>&1
+# Fill the base before the copy: both instances get pgbench_accounts.
+BASEPORT=$(pick_port 56000 56999 "$PG1" "$PG2")
+as_pg "$PGBIN/pg_ctl" -D "$WORK/base" -l "$WORK/base.log" -w -t 60 \
+    -o "-p $BASEPORT -k $WORK -c listen_addresses=''" start >/dev/null
+as_pg "$PGBIN/pgbench" -i -s 2 -q -h "$WORK" -p "$BASEPORT" postgres >"$WORK/pgbench_i.log" 2>&1
+as_pg "$PGBIN/psql" -X -q -h "$WORK" -p "$BASEPORT" -d postgres -c "CREATE EXTENSION pageinspect"
+as_pg "$PGBIN/pg_ctl" -D "$WORK/base" -w -t 60 stop >/dev/null
+
+start_node() {
+    local n=$1 port=$2 d="$WORK/n$1"
+    as_pg cp -a "$WORK/base" "$d"
+    cat >>"$d/postgresql.conf" <<EOF
+# ---- run_lms.sh
+port = $port
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '$WORK'
+shared_preload_libraries = 'pgrac_ic'
+cluster.interconnect_tier = tier3
+cluster.node_id = $n
+cluster.nodes = '1@127.0.0.1:$IC1,2@127.0.0.1:$IC2'
+cluster.auth_key_file = '$WORK/key'
+fsync = off
+shared_buffers = 128MB
+max_connections = 40
+EOF
+    STARTED+=("$d")
+    as_pg "$PGBIN/pg_ctl" -D "$d" -l "$WORK/n$n.log" -w -t 60 start >/dev/null
+}
+start_node 1 "$PG1"
+start_node 2 "$PG2"
+psql_n() {
+    as_pg timeout 300 "$PGBIN/psql" -X -A -t -q -v ON_ERROR_STOP=1 -h "$WORK" -p "$1" \
+        -d postgres -c "$2"
+}
+psql_n "$PG1" "CREATE EXTENSION pgrac_ic"
+psql_n "$PG2" "CREATE EXTENSION pgrac_ic"
+for i in $(seq 1 120); do
+    s1=$(psql_n "$PG1" "SELECT state FROM pg_cluster_ic_peers WHERE node_id = 2" || true)
+    s2=$(psql_n "$PG2" "SELECT state FROM pg_cluster_ic_peers WHERE node_id = 1" || true)
+    [[ "$s1" == UP && "$s2" == UP ]] && break
+    [[ $i -eq 120 ]] && { echo "peers not UP" >&2; exit 1; }
+    sleep 0.5
+done
+# The GES start-up replay barrier is over once a NOWAIT lock is answered.
+psql_n "$PG1" "SELECT pgrac_ges_lock('warmup', 'EX', 0), pgrac_ges_unlock('warmup')" >/dev/null
+# Warm node 2's buffer pool with the relation (a fetch then measures the
+# interconnect and the LMS, not the disk).
+psql_n "$PG2" "SELECT count(*) FROM pgbench_accounts" >/dev/null
+RES=$(psql_n "$PG1" "SELECT n FROM generate_series(1, 1000) g, LATERAL (SELECT 'bench' || g AS n) s,
+                     LATERAL pgrac_ges_resource(n) r WHERE r.master_node = 2 LIMIT 1")
+kv() { sed -n "s/.*[[:space:]]$1=\([^[:space:]]*\).*/\1/p"; }
+ROWS=()
+row() { ROWS+=("| $1 | $2 | $3 |"); log "$1: p50 $2 µs, p99 $3 µs"; }
+CONN2="host=127.0.0.1 port=$PG2 dbname=postgres user=postgres"
+CONN1="host=127.0.0.1 port=$PG1 dbname=postgres user=postgres"
+
+log "latency ($ITER iterations each)"
+out=$(timeout 300 "$TCP_PINGPONG" --sizes 8192 --iterations "$ITER" --warmup 1000)
+row "raw TCP ping-pong, 8 KiB" "$(kv p50_us <<<"$out")" "$(kv p99_us <<<"$out")"
+out=$(timeout 300 "$LIBPQ_LATENCY" --conninfo "$CONN2" --iterations "$ITER" --warmup 1000 \
+    --query "SELECT get_raw_page('pgbench_accounts', 7)" --mode prepared --binary)
+row "libpq get_raw_page (prepared, binary)" "$(kv p50_us <<<"$out")" "$(kv p99_us <<<"$out")"
+for b in 1 7; do
+    psql_n "$PG1" "SELECT count(*) FROM pgrac_fetch_block_bench(2, 'pgbench_accounts', 1000, $b)" >/dev/null
+    line=$(psql_n "$PG1" "SELECT round(p50_us::numeric, 1) || ' ' || round(p99_us::numeric, 1) || ' ' || round(blocks_per_sec)
+                          FROM pgrac_fetch_block_bench(2, 'pgbench_accounts', $ITER, $b)")
+    read -r p50 p99 bps <<<"$line"
+    row "pgrac_fetch_block node 1 -> 2, $b block(s) per round trip ($bps blocks/s)" "$p50" "$p99"
+done
+out=$(timeout 300 "$LIBPQ_LATENCY" --conninfo "$CONN1" --iterations "$ITER" --warmup 1000 \
+    --query "SELECT pgrac_fetch_block(2, 'pgbench_accounts', 7)" --mode prepared --binary)
+row "libpq SELECT pgrac_fetch_block(node 2) on node 1" "$(kv p50_us <<<"$out")" "$(kv p99_us <<<"$out")"
+out=$(timeout 300 "$LIBPQ_LATENCY" --conninfo "$CONN1" --iterations "$ITER" --warmup 1000 \
+    --query "SELECT pg_advisory_lock(1), pg_advisory_unlock(1)" --mode prepared)
+row "libpq pg_advisory_lock + unlock (one statement)" "$(kv p50_us <<<"$out")" "$(kv p99_us <<<"$out")"
+line=$(psql_n "$PG1" "SELECT round(p50_us::numeric, 1) || ' ' || round(p99_us::numeric, 1)
+                      FROM pgrac_ges_bench('$RES', 'EX', $ITER)")
+read -r p50 p99 <<<"$line"
+row "pgrac_ges_lock + unlock, master node 2 (in the backend)" "$p50" "$p99"
+line=$(psql_n "$PG1" "SELECT round(p50_us::numeric, 1) || ' ' || round(p99_us::numeric, 1)
+                      FROM pgrac_ges_bench('local' || (SELECT n FROM generate_series(1, 1000) n
+                           WHERE (pgrac_ges_resource('local' || n)).master_node = 1 LIMIT 1), 'EX', $ITER)")
+read -r p50 p99 <<<"$line"
+row "pgrac_ges_lock + unlock, master node 1 (own node)" "$p50" "$p99"
+out=$(timeout 300 "$LIBPQ_LATENCY" --conninfo "$CONN1" --iterations "$ITER" --warmup 1000 \
+    --query "SELECT pgrac_ges_lock('$RES'), pgrac_ges_unlock('$RES')" --mode prepared)
+row "libpq pgrac_ges_lock + unlock (one statement), master node 2" "$(kv p50_us <<<"$out")" "$(kv p99_us <<<"$out")"
+
+log "throughput (${SECONDS_TPS}s per point)"
+cat >"$WORK/fetch.sql" <<'EOF'
+\set b random(0, 3200)
+SELECT length(pgrac_fetch_block(2, 'pgbench_accounts', :b));
+EOF
+cat >"$WORK/lock.sql" <<'EOF'
+SELECT pgrac_ges_lock(:client_id::bigint), pgrac_ges_unlock(:client_id::bigint);
+EOF
+cat >"$WORK/adv.sql" <<'EOF'
+SELECT pg_advisory_lock(:client_id), pg_advisory_unlock(:client_id);
+EOF
+chown "$PGUSER_OS": "$WORK"/*.sql
+TPS=()
+for c in 1 4 16; do
+    line="| $c"
+    for s in fetch lock adv; do
+        tps=$(as_pg timeout 120 "$PGBIN/pgbench" -n -M prepared -c "$c" -j "$c" -T "$SECONDS_TPS" \
+            -f "$WORK/$s.sql" -h "$WORK" -p "$PG1" postgres 2>&1 |
+            sed -n 's/^tps = \([0-9.]*\).*/\1/p')
+        line="$line | ${tps%.*}"
+    done
+    TPS+=("$line |")
+    log "clients $c: $line"
+done
+
+machine_cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
+{
+    echo "Run: \`$COMMAND_LINE\` ($(date -u '+%Y-%m-%d %H:%M UTC'))"
+    echo
+    echo "Machine: $(nproc) CPUs ($machine_cpu), kernel $(uname -r); two instances, tier3;" \
+        "$ITER iterations per latency row"
+    echo
+    echo "| what | p50 µs | p99 µs |"
+    echo "|---|---:|---:|"
+    printf '%s\n' "${ROWS[@]}"
+    echo
+    echo "Throughput, pgbench -M prepared on node 1 (transactions/s):"
+    echo
+    echo "| clients | pgrac_fetch_block from node 2 (random block) | pgrac_ges_lock + unlock (per-client resource) | pg_advisory_lock + unlock |"
+    echo "|---:|---:|---:|---:|"
+    printf '%s\n' "${TPS[@]}"
+} | tee "$WORK/report.md"
+if [[ -n "$MARKDOWN" ]]; then cp "$WORK/report.md" "$MARKDOWN"; fi

@@ -1,0 +1,90 @@
+// The GES wait-slot area (see ges_shmem.hpp).
+extern "C" {
+#include "postgres.h"
+
+#include "access/twophase.h"
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
+#include "storage/proc.h"
+#include "storage/shmem.h"
+}
+
+#include <cstddef>
+#include <cstring>
+
+#include "ges_shmem.hpp"
+#include "ic/atomics.hpp"
+
+namespace pgrac::glue {
+
+namespace {
+
+shmem_request_hook_type prev_request = nullptr;
+shmem_startup_hook_type prev_startup = nullptr;
+GesShared* g_ges = nullptr;
+
+uint32_t slot_count() {
+    return static_cast<uint32_t>(MaxBackends + NUM_AUXILIARY_PROCS + max_prepared_xacts);
+}
+
+size_t ges_size() {
+    return offsetof(GesShared, slots) + sizeof(GesWaitSlot) * slot_count();
+}
+
+void request() {
+    if (prev_request) prev_request();
+    RequestAddinShmemSpace(ges_size());
+}
+
+void startup() {
+    if (prev_startup) prev_startup();
+    LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+    bool found = false;
+    void* region = ShmemInitStruct("pgrac_ic ges", ges_size(), &found);
+    if (!found) {
+        std::memset(region, 0, ges_size());
+        static_cast<GesShared*>(region)->n_slots = slot_count();
+    }
+    g_ges = static_cast<GesShared*>(region);
+    LWLockRelease(AddinShmemInitLock);
+}
+
+}  // namespace
+
+void install_ges_shmem() {
+    prev_request = shmem_request_hook;
+    shmem_request_hook = request;
+    prev_startup = shmem_startup_hook;
+    shmem_startup_hook = startup;
+}
+
+GesShared* ges_shared() {
+    return g_ges;
+}
+
+GesWaitSlot* ges_my_slot() {
+    if (g_ges == nullptr || MyProc == nullptr) return nullptr;
+    const uint32_t i = static_cast<uint32_t>(MyProc->pgprocno);
+    return i < g_ges->n_slots ? &g_ges->slots[i] : nullptr;
+}
+
+bool ges_deliver(int32_t pid, uint64_t request_id, uint32_t outcome) {
+    if (g_ges == nullptr || pid <= 0) return false;
+    for (uint32_t i = 0; i < g_ges->n_slots; i++) {
+        GesWaitSlot* s = &g_ges->slots[i];
+        if (pgrac::ic::load_acquire(&s->pid) != pid) continue;
+        if (pgrac::ic::load_acquire(&s->request_id) != request_id) return false;
+        uint64_t expected = ges_slot_word(request_id, kGesWaiting);
+        if (!pgrac::ic::compare_exchange(&s->word, &expected, ges_slot_word(request_id, outcome)))
+            return false;
+        pgrac::ic::count((outcome & 0xff) == kGesGranted ? &g_ges->grants_delivered
+                                                         : &g_ges->denials_delivered);
+        SetLatch(&ProcGlobal->allProcs[i].procLatch);
+        return true;
+    }
+    return false;
+}
+
+}  // namespace pgrac::glue

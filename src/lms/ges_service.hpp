@@ -1,0 +1,33 @@
+// The GES glue in the LMS workers (src/lms/ges_service.cpp): each worker
+// masters its shard of resources (route_key % n_lms) in a ges::LockTable and
+// keeps this node's client side of the same shard in a ges::ClientRegistry.
+// docs/ges.md describes the messages, the wait slots, cleanup and remastering.
+#pragma once
+
+#include <cstdint>
+
+namespace pgrac::glue {
+
+// Interconnect message types (one-way unless noted). Bodies are the GES wire
+// format (src/ic/ges_wire.hpp); route_key = ges::route_key_for(resource),
+// or the LMS worker index for resource-less messages (ReleaseAll, Replay).
+inline constexpr uint16_t kMsgGesClient = 300;   // backend -> its own node's LMS
+inline constexpr uint16_t kMsgGesMaster = 301;   // client LMS -> master LMS
+inline constexpr uint16_t kMsgGesReply = 302;    // master LMS -> client LMS (Grant/Bast/Deny)
+inline constexpr uint16_t kMsgGesView = 303;     // RPC: one worker's lock table rows
+inline constexpr uint16_t kMsgBlockFetch = 310;  // RPC: Cache Fusion block batch
+
+// Registers the GES handlers (from _PG_init).
+void register_ges_handlers();
+// Called by the LMS worker loop before it drains its inbox and after every
+// wake-up: membership changes (remastering), request deadlines, the replay
+// barrier's timeout. Never raises.
+void lms_tick(int worker_index);
+// How long an idle LMS worker may sleep before lms_tick must run again.
+long lms_tick_interval_ms();
+
+// Listener side (src/lms/ges_peer_lost.cpp): node `node_id` was lost (DOWN or
+// restarted): bump its lost counter and wake every LMS worker.
+void ges_note_peer_lost(uint16_t node_id);
+
+}  // namespace pgrac::glue

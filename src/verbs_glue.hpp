@@ -1,0 +1,46 @@
+// The verbs tiers (tier1 InfiniBand, tier2 RoCE) inside the extension: making
+// the transport from the cluster.rdma_* settings, falling back to TCP when it
+// cannot be made, and publishing what runs (status and counters) into shared
+// memory for pg_cluster_rdma_status and pg_cluster_rdma_counters.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "ic/frame.hpp"
+#include "ic/shared_state.hpp"
+#include "pgrac_ic/pgrac_ic.h"
+#include "tiers/transport.hpp"
+#include "tiers/verbs_transport.hpp"
+
+namespace pgrac::glue {
+
+// The largest frame payload the engine produces is one message: the message
+// header plus PGRAC_IC_MAX_MESSAGE bytes of body (send_path.cpp refuses more;
+// handshake, heartbeat and ack frames are far smaller). Every instance of a
+// build derives the verbs receive-slot size from this constant alone, so both
+// ends of a connection always agree on it.
+inline constexpr uint32_t kVerbsMaxPayload =
+    (static_cast<uint32_t>(ic::kMessageHeaderSize) + PGRAC_IC_MAX_MESSAGE + 1023u) & ~1023u;
+static_assert(kVerbsMaxPayload >= ic::kMessageHeaderSize + PGRAC_IC_MAX_MESSAGE);
+static_assert(kVerbsMaxPayload <= ic::kMaxFramePayload);
+
+// VerbsOptions from cluster.rdma_* (device/port: the decision at start).
+tiers::VerbsOptions verbs_options(const char* device, int port);
+
+// The factory of tier1/tier2 (called in the listener, inside the engine's
+// constructor, so it may throw): the verbs transport, or when it cannot be
+// made, TCP (the reason is kept for publish_transport) or, with
+// cluster.interconnect_strict, an exception that stops the listener's start.
+std::unique_ptr<tiers::Transport> make_verbs_or_tcp(tiers::TransportHandler& h);
+
+// Listener, once the engine has started: writes the tier that really runs,
+// why, and the verbs status into shared memory; logs a WARNING for a fallback
+// to TCP or for a buffer pool without hugepages. Never throws.
+void publish_transport(ic::IcShared* shm);
+// Listener, every loop iteration: copies the verbs transport's counters into
+// shared memory when they changed (and the status after a CQ rebuild).
+// Cheap, never throws, does nothing on other tiers.
+void publish_transport_counters(ic::IcShared* shm) noexcept;
+
+}  // namespace pgrac::glue

@@ -1,0 +1,197 @@
+// SQL interface of Cache Fusion: fetch page images from another instance's
+// buffer pool through the interconnect (src/lms/block_service.cpp serves
+// them). Plain C-style code: every function here may raise an error.
+extern "C" {
+#include "postgres.h"
+
+#include "access/relation.h"
+#include "catalog/pg_class.h"
+#include "common/relpath.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "storage/block.h"
+#include "utils/builtins.h"
+#include "utils/pg_lsn.h"
+#include "utils/rel.h"
+#include "utils/tuplestore.h"
+
+PG_FUNCTION_INFO_V1(pgrac_fetch_block);
+PG_FUNCTION_INFO_V1(pgrac_fetch_block_tag);
+PG_FUNCTION_INFO_V1(pgrac_fetch_blocks);
+PG_FUNCTION_INFO_V1(pgrac_fetch_block_bench);
+}
+
+#include <algorithm>
+#include <cstring>
+
+#include "ic/shared_state.hpp"
+#include "lms/block_service.hpp"
+#include "lms/ges_service.hpp"
+#include "views/ic_errors.hpp"
+
+using namespace pgrac::glue;
+
+namespace {
+
+BlockRequest relation_request(Oid relid, text* fork, int64 first) {
+    BlockRequest rq;
+    Relation rel = relation_open(relid, AccessShareLock);
+    if (!RELKIND_HAS_STORAGE(rel->rd_rel->relkind))
+        ereport(ERROR, (errcode(ERRCODE_WRONG_OBJECT_TYPE),
+                        errmsg("\"%s\" has no storage", RelationGetRelationName(rel))));
+    if (RelationUsesLocalBuffers(rel))
+        ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                        errmsg("blocks of temporary relation \"%s\" cannot be fetched",
+                               RelationGetRelationName(rel))));
+    rq.spc = rel->rd_node.spcNode;
+    rq.db = rel->rd_node.dbNode;
+    rq.rel = rel->rd_node.relNode;
+    relation_close(rel, AccessShareLock);
+    rq.fork = static_cast<uint8_t>(forkname_to_number(text_to_cstring(fork)));
+    if (first < 0 || first > static_cast<int64>(MaxBlockNumber))
+        ereport(ERROR,
+                (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                 errmsg("block number %lld is out of range", static_cast<long long>(first))));
+    rq.first = static_cast<uint32_t>(first);
+    rq.count = 1;
+    return rq;
+}
+
+// One RPC for up to kMaxBlocksPerReply blocks; returns the reply (palloc'd,
+// PGRAC_IC_MAX_MESSAGE bytes) and the number of blocks in it.
+uint8_t* fetch(int node, const BlockRequest& rq, uint32_t* nblocks_out, uint32_t* count_out) {
+    require_known_node(node);
+    uint8_t req[kBlockRequestSize];
+    encode_block_request(rq, req);
+    uint8_t* buf = static_cast<uint8_t*>(palloc(PGRAC_IC_MAX_MESSAGE));
+    uint32_t len = 0;
+    const int rc = pgrac_ic_rpc(node, kMsgBlockFetch, block_route_key(rq), req, sizeof req, buf,
+                                PGRAC_IC_MAX_MESSAGE, &len, 0, -1);
+    if (rc != PGRAC_IC_OK) raise_status(rc, node, "block fetch", buf, len);
+    const uint32_t n = len >= kBlockReplyHeader ? get_u16(buf + 4) : 0;
+    if (len < kBlockReplyHeader || n < 1 || n > rq.count ||
+        len != kBlockReplyHeader + n * (kBlockEntryHeader + kBlockSize) ||
+        get_u32(buf + kBlockReplyHeader) != rq.first)
+        ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+                        errmsg("malformed block reply of %u bytes from node %d", len, node)));
+    *nblocks_out = get_u32(buf);
+    *count_out = n;
+    return buf;
+}
+
+bytea* page_bytea(const uint8_t* entry) {
+    bytea* out = static_cast<bytea*>(palloc(VARHDRSZ + kBlockSize));
+    SET_VARSIZE(out, VARHDRSZ + kBlockSize);
+    std::memcpy(VARDATA(out), entry + kBlockEntryHeader, kBlockSize);
+    return out;
+}
+
+}  // namespace
+
+// pgrac_fetch_block(node, rel regclass, blkno bigint, fork text) -> bytea
+Datum pgrac_fetch_block(PG_FUNCTION_ARGS) {
+    const int node = PG_GETARG_INT32(0);
+    const BlockRequest rq =
+        relation_request(PG_GETARG_OID(1), PG_GETARG_TEXT_PP(3), PG_GETARG_INT64(2));
+    uint32_t nblocks, n;
+    const uint8_t* buf = fetch(node, rq, &nblocks, &n);
+    PG_RETURN_BYTEA_P(page_bytea(buf + kBlockReplyHeader));
+}
+
+// pgrac_fetch_block_tag(node, spcoid, dboid, relnumber, fork text, blkno) -> bytea
+Datum pgrac_fetch_block_tag(PG_FUNCTION_ARGS) {
+    const int node = PG_GETARG_INT32(0);
+    BlockRequest rq;
+    rq.spc = PG_GETARG_OID(1);
+    rq.db = PG_GETARG_OID(2);
+    rq.rel = PG_GETARG_OID(3);
+    rq.fork = static_cast<uint8_t>(forkname_to_number(text_to_cstring(PG_GETARG_TEXT_PP(4))));
+    const int64 blk = PG_GETARG_INT64(5);
+    if (blk < 0 || blk > static_cast<int64>(MaxBlockNumber))
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("block number %lld is out of range", static_cast<long long>(blk))));
+    rq.first = static_cast<uint32_t>(blk);
+    rq.count = 1;
+    uint32_t nblocks, n;
+    const uint8_t* buf = fetch(node, rq, &nblocks, &n);
+    PG_RETURN_BYTEA_P(page_bytea(buf + kBlockReplyHeader));
+}
+
+// pgrac_fetch_blocks(node, rel, first, count, fork) -> (blkno, lsn, page):
+// batches of up to kMaxBlocksPerReply blocks per RPC; stops at the end of the
+// relation (an error only if `first` is already past it).
+Datum pgrac_fetch_blocks(PG_FUNCTION_ARGS) {
+    const int node = PG_GETARG_INT32(0);
+    BlockRequest rq = relation_request(PG_GETARG_OID(1), PG_GETARG_TEXT_PP(4), PG_GETARG_INT64(2));
+    const int count = PG_GETARG_INT32(3);
+    if (count < 0)
+        ereport(ERROR,
+                (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("count must not be negative")));
+    InitMaterializedSRF(fcinfo, 0);
+    ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
+    int64 done = 0;
+    while (done < count) {
+        CHECK_FOR_INTERRUPTS();
+        rq.count = static_cast<uint16_t>(Min(static_cast<int64>(kMaxBlocksPerReply), count - done));
+        uint32_t nblocks, n;
+        uint8_t* buf = fetch(node, rq, &nblocks, &n);
+        const uint8_t* e = buf + kBlockReplyHeader;
+        for (uint32_t i = 0; i < n; i++, e += kBlockEntryHeader + kBlockSize) {
+            Datum v[3] = {Int64GetDatum(get_u32(e)), LSNGetDatum(get_u64(e + 4)),
+                          PointerGetDatum(page_bytea(e))};
+            bool nulls[3] = {false, false, false};
+            tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, v, nulls);
+        }
+        pfree(buf);
+        done += n;
+        if (static_cast<uint64_t>(rq.first) + n >= nblocks) break;
+        rq.first += n;
+    }
+    return (Datum)0;
+}
+
+// Latency of single-block fetches, measured in this backend:
+// (p50_us, p99_us, blocks_per_sec, iterations). Cycles over `span` blocks
+// from `first` so that the server's buffer pool, not one page, is exercised.
+Datum pgrac_fetch_block_bench(PG_FUNCTION_ARGS) {
+    const int node = PG_GETARG_INT32(0);
+    BlockRequest rq = relation_request(PG_GETARG_OID(1), cstring_to_text("main"), 0);
+    const int iterations = PG_GETARG_INT32(2);
+    const int batch = PG_GETARG_INT32(3);
+    if (iterations < 1 || iterations > 10000000 || batch < 1 ||
+        batch > static_cast<int>(kMaxBlocksPerReply))
+        ereport(ERROR,
+                (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                 errmsg("iterations must be 1..10000000 and batch 1..%u", kMaxBlocksPerReply)));
+    uint64_t* samples = static_cast<uint64_t*>(palloc(sizeof(uint64_t) * iterations));
+    uint32_t nblocks = 0, n = 0;
+    pfree(fetch(node, rq, &nblocks, &n));
+    rq.count = static_cast<uint16_t>(batch);
+    uint64_t blocks = 0;
+    const uint64_t begin = pgrac::ic::monotonic_ns();
+    for (int i = 0; i < iterations; i++) {
+        CHECK_FOR_INTERRUPTS();
+        rq.first = nblocks > static_cast<uint32_t>(batch)
+                       ? static_cast<uint32_t>(i) % (nblocks - batch + 1)
+                       : 0;
+        const uint64_t t0 = pgrac::ic::monotonic_ns();
+        uint8_t* buf = fetch(node, rq, &nblocks, &n);
+        samples[i] = pgrac::ic::monotonic_ns() - t0;
+        blocks += n;
+        pfree(buf);
+    }
+    const uint64_t elapsed = pgrac::ic::monotonic_ns() - begin;
+    std::sort(samples, samples + iterations);
+    auto pct = [&](double q) {
+        return Float8GetDatum(
+            static_cast<double>(samples[static_cast<int>(q * (iterations - 1) + 0.5)]) / 1000.0);
+    };
+    InitMaterializedSRF(fcinfo, 0);
+    ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
+    Datum v[4] = {pct(0.5), pct(0.99), Float8GetDatum(blocks / (elapsed / 1e9)),
+                  Int32GetDatum(iterations)};
+    bool nulls[4] = {false, false, false, false};
+    tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, v, nulls);
+    return (Datum)0;
+}

@@ -1,0 +1,214 @@
+# Global Enqueue Service over tier3 with three instances: session-level global
+# locks, NOWAIT and timeouts, shared modes, the cluster-wide view, cancel of
+# a waiter, a deadlock, mutual exclusion under load from every instance, and
+# release of a dead instance's locks (with remastering).
+use strict;
+use warnings;
+
+use FindBin;
+use lib $FindBin::RealBin;
+use IPC::Run;
+use PgracCluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $c = PgracCluster->new(n => 3, tier => 'tier3');
+my ($n1, $n2, $n3) = map { $c->node($_) } 1 .. 3;
+
+# Every LMS worker has finished its start-up replay barrier once a NOWAIT lock
+# gets an answer everywhere.
+for my $i (1 .. 3)
+{
+	ok( $c->node($i)->poll_query_until('postgres',
+			"SELECT pgrac_ges_lock('warmup$i', 'EX', 0) AND pgrac_ges_unlock('warmup$i')"),
+		"GES answers on node $i");
+}
+
+# A resource name (prefix || g) whose master is / is not the given node.
+sub resource_where
+{
+	my ($node, $prefix, $cond) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT n FROM generate_series(1, 1000) g, LATERAL (SELECT '$prefix' || g AS n) s,
+		        LATERAL pgrac_ges_resource(n) r WHERE $cond ORDER BY g LIMIT 1");
+}
+
+sub bg
+{
+	my ($node) = @_;
+	return $node->background_psql('postgres', on_error_stop => 0);
+}
+
+# ---- basics: hold, NOWAIT, timeout, the view
+my $h1 = bg($n1);
+my $h1pid = $h1->query_safe('SELECT pg_backend_pid()');
+my $r1 = resource_where($n1, 'r', 'master_node = 2');
+is($h1->query_safe("SELECT pgrac_ges_lock('$r1')"), 't', "node 1 takes $r1 (mastered on node 2) EX");
+is($n2->safe_psql('postgres', "SELECT pgrac_ges_lock('$r1', 'EX', 0)"),
+	'f', 'NOWAIT from node 2 is refused');
+is($n3->safe_psql('postgres', "SELECT pgrac_ges_lock('$r1', 'PR', 300)"),
+	'f', 'a 300 ms timeout from node 3 expires with false');
+is( $n3->safe_psql('postgres',
+		"SELECT master_node || ':' || node_id || ':' || pid || ':' || mode || ':' || state
+		   FROM pg_cluster_ges_locks WHERE resource = '$r1'"),
+	"2:1:$h1pid:EX:granted",
+	'node 3 sees the lock in pg_cluster_ges_locks (master 2, holder node 1)');
+is($h1->query_safe("SELECT pgrac_ges_lock('$r1'), pgrac_ges_unlock('$r1')"),
+	"t|t", 'locking again counts; one unlock keeps it');
+is($n2->safe_psql('postgres', "SELECT pgrac_ges_lock('$r1', 'EX', 0)"),
+	'f', 'still held after one of two unlocks');
+is($h1->query_safe("SELECT pgrac_ges_unlock('$r1')"), 't', 'second unlock releases');
+is($n2->safe_psql('postgres', "SELECT pgrac_ges_lock('$r1', 'EX', 0)"),
+	't', 'node 2 gets it with NOWAIT after the release');
+my ($out, $ret) = $h1->query("SELECT pgrac_ges_unlock('$r1')");
+is($out, 'f', 'unlocking an unheld lock returns false');
+like($h1->{stderr}, qr/you don't own a global lock/, '... with a WARNING');
+$h1->{stderr} = '';
+is($h1->query_safe("SELECT pgrac_ges_lock(42::bigint), pgrac_ges_unlock_all()"),
+	't|1', 'bigint resources; unlock_all counts what it released');
+
+# ---- shared modes are granted together
+my $h2 = bg($n2);
+my $h3 = bg($n3);
+my $h2pid = $h2->query_safe('SELECT pg_backend_pid()');
+is($h1->query_safe("SELECT pgrac_ges_lock('sh', 'PR')"), 't', 'node 1 takes sh PR');
+is($h2->query_safe("SELECT pgrac_ges_lock('sh', 'PR', 0)"), 't', 'node 2 takes sh PR at once');
+is($h3->query_safe("SELECT pgrac_ges_lock('sh', 'PR', 0)"), 't', 'node 3 takes sh PR at once');
+is( $n1->safe_psql('postgres',
+		"SELECT count(*) FROM pg_cluster_ges_locks WHERE resource = 'sh' AND mode = 'PR' AND state = 'granted'"),
+	'3', 'three PR holders in the view');
+is($n1->safe_psql('postgres', "SELECT pgrac_ges_lock('sh', 'EX', 0)"),
+	'f', 'EX is refused while PR is held');
+$h1->query_safe('SELECT pgrac_ges_unlock_all()');
+$h2->query_safe('SELECT pgrac_ges_unlock_all()');
+$h3->query_safe('SELECT pgrac_ges_unlock_all()');
+
+# ---- cancel of a waiter removes its request
+is($h1->query_safe("SELECT pgrac_ges_lock('cx')"), 't', 'node 1 takes cx');
+$h2->query_until(qr/waiting/, "\\echo waiting\nSELECT pgrac_ges_lock('cx');\n");
+ok( $n1->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM pg_cluster_ges_locks WHERE resource = 'cx' AND state = 'waiting' AND node_id = 2"),
+	'node 2 waits for cx');
+$n2->safe_psql('postgres', "SELECT pg_cancel_backend($h2pid)");
+($out, $ret) = $h2->query('SELECT 1');
+like($h2->{stderr}, qr/canceling statement due to user request/, 'the waiter is cancelled');
+$h2->{stderr} = '';
+ok( $n1->poll_query_until('postgres',
+		"SELECT count(*) = 0 FROM pg_cluster_ges_locks WHERE resource = 'cx' AND state = 'waiting'"),
+	'the cancelled request is gone from the master');
+$h1->query_safe("SELECT pgrac_ges_unlock('cx')");
+is($n3->safe_psql('postgres', "SELECT pgrac_ges_lock('cx', 'EX', 0)"),
+	't', 'after the release nobody holds cx (the cancelled waiter was not granted)');
+
+# ---- deadlock between two instances: one participant gets an error
+my $pair = $n1->safe_psql('postgres',
+	"SELECT a.n || ' ' || b.n
+	   FROM (SELECT 'da' || g AS n FROM generate_series(1, 200) g) a,
+	        (SELECT 'db' || g AS n FROM generate_series(1, 200) g) b,
+	        LATERAL pgrac_ges_resource(a.n) ra, LATERAL pgrac_ges_resource(b.n) rb
+	  WHERE ra.master_node = rb.master_node AND ra.lms_worker = rb.lms_worker LIMIT 1");
+my ($da, $db) = split ' ', $pair;
+is($h1->query_safe("SELECT pgrac_ges_lock('$da')"), 't', "node 1 takes $da");
+is($h2->query_safe("SELECT pgrac_ges_lock('$db')"), 't', "node 2 takes $db");
+$h1->query_until(qr/waiting/, "\\echo waiting\nSELECT pgrac_ges_lock('$db');\n");
+ok( $n1->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM pg_cluster_ges_locks WHERE resource = '$db' AND state = 'waiting'"),
+	'node 1 waits for node 2');
+$h2->{stderr} = '';
+($out, $ret) = $h2->query("SELECT pgrac_ges_lock('$da')");
+like($h2->{stderr}, qr/deadlock detected on global lock/, 'node 2 closing the cycle is the deadlock victim');
+$h2->{stderr} = '';
+$h2->query_safe('SELECT pgrac_ges_unlock_all()');
+($out, $ret) = $h1->query('SELECT 1');
+is($out, "t\n1", 'node 1 is granted once the victim gives up its lock');
+$h1->query_safe('SELECT pgrac_ges_unlock_all()');
+
+# ---- mutual exclusion under load: 2 clients on each of the 3 instances
+my $script = "$PostgreSQL::Test::Utils::tmp_check/mx.sql";
+open my $fh, '>', $script or die;
+print $fh <<'EOS';
+SELECT pgrac_ges_lock('mx');
+INSERT INTO mx(client, t_enter) VALUES (:client_id, clock_timestamp());
+SELECT pg_sleep(0.001);
+UPDATE mx SET t_exit = clock_timestamp() WHERE id = currval('mx_id_seq');
+SELECT pgrac_ges_unlock('mx');
+EOS
+close $fh;
+my @runs;
+for my $i (1 .. 3)
+{
+	my $node = $c->node($i);
+	$node->safe_psql('postgres',
+		'CREATE TABLE mx (id serial, client int, t_enter timestamptz, t_exit timestamptz)');
+	my ($o, $e) = ('', '');
+	my $h = IPC::Run::start(
+		[ 'pgbench', '-n', '-c', '2', '-j', '2', '-T', '4', '-f', $script,
+		  '-h', $node->host, '-p', $node->port, 'postgres' ],
+		'>', \$o, '2>', \$e,
+		IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default));
+	push @runs, [ $h, \$o, \$e ];
+}
+for my $i (0 .. 2)
+{
+	my ($h, $o, $e) = @{ $runs[$i] };
+	ok($h->finish, 'pgbench on node ' . ($i + 1) . ' finished') or diag($$e);
+}
+my @iv;
+my %clients;
+for my $i (1 .. 3)
+{
+	my $rows = $c->node($i)->safe_psql('postgres',
+		"SELECT client, extract(epoch FROM t_enter)::numeric(20,6), extract(epoch FROM t_exit)::numeric(20,6)
+		   FROM mx WHERE t_exit IS NOT NULL");
+	for my $line (split /\n/, $rows)
+	{
+		my ($cl, $en, $ex) = split /\|/, $line;
+		push @iv, [ $en, $ex, "$i/$cl" ];
+		$clients{"$i/$cl"}++;
+	}
+}
+@iv = sort { $a->[0] <=> $b->[0] } @iv;
+my $overlaps = 0;
+for my $k (1 .. $#iv)
+{
+	if ($iv[$k][0] < $iv[ $k - 1 ][1])
+	{
+		$overlaps++;
+		diag("overlap: $iv[$k-1][2] [$iv[$k-1][0], $iv[$k-1][1]] and $iv[$k][2] [$iv[$k][0], $iv[$k][1]]")
+		  if $overlaps < 5;
+	}
+}
+cmp_ok(scalar(@iv), '>', 30, 'the clients went through the critical section ' . scalar(@iv) . ' times');
+is($overlaps, 0, 'no two critical sections overlapped');
+is(scalar(keys %clients), 6, 'every client of every instance made progress');
+
+# ---- a dead instance's locks are released; waiters elsewhere get them,
+# ---- also for resources that were mastered on the dead instance
+my $k_here = resource_where($n1, 'k', 'master_node = 1');
+my $k_else = resource_where($n1, 'k', 'master_node = 3');
+is($h1->query_safe("SELECT pgrac_ges_lock('$k_here'), pgrac_ges_lock('$k_else')"),
+	't|t', "node 1 holds $k_here (mastered on 1) and $k_else (mastered on 3)");
+# A lock node 2 holds on a resource mastered on node 1 must survive remastering.
+my $k_kept = resource_where($n1, 'kk', 'master_node = 1');
+is($h2->query_safe("SELECT pgrac_ges_lock('$k_kept')"), 't', "node 2 holds $k_kept (mastered on 1)");
+$h2->query_until(qr/waiting/, "\\echo waiting\nSELECT pgrac_ges_lock('$k_here');\n");
+$h3->query_until(qr/waiting/, "\\echo waiting\nSELECT pgrac_ges_lock('$k_else');\n");
+ok( $n3->poll_query_until('postgres',
+		"SELECT count(*) = 2 FROM pg_cluster_ges_locks WHERE resource IN ('$k_here', '$k_else') AND state = 'waiting'"),
+	'nodes 2 and 3 wait');
+$n1->stop('immediate');
+eval { $h1->quit };
+($out, $ret) = $h2->query('SELECT 1');
+is($out, "t\n1", "node 2 gets $k_here after node 1 died (remastered)");
+($out, $ret) = $h3->query('SELECT 1');
+is($out, "t\n1", "node 3 gets $k_else after node 1 died");
+is($n3->safe_psql('postgres', "SELECT pgrac_ges_lock('$k_kept', 'EX', 0)"),
+	'f', "node 2's lock on $k_kept survived the remastering");
+is( $n3->safe_psql('postgres',
+		"SELECT count(*) FROM pg_cluster_ges_locks WHERE node_id = 1"),
+	'0', 'no lock of node 1 is left');
+$h2->quit;
+$h3->quit;
+$n2->stop('fast');
+$n3->stop('fast');
+done_testing();

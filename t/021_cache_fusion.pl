@@ -1,0 +1,112 @@
+# Cache Fusion block shipping over tier3 with three instances made from one
+# data directory that pgbench filled before the copy: pages changed on one
+# instance only are shipped byte for byte (as get_raw_page sees them there),
+# also when they are not in its buffer pool; batches; clear errors.
+use strict;
+use warnings;
+
+use FindBin;
+use lib $FindBin::RealBin;
+use PgracCluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $c = PgracCluster->new(
+	n => 3,
+	tier => 'tier3',
+	before_copy => sub {
+		my $node = shift;
+		$node->command_ok(
+			[ 'pgbench', '-i', '-s', '1', '-h', $node->host, '-p', $node->port, 'postgres' ],
+			'pgbench -i on node 1 before the copy');
+		$node->safe_psql('postgres',
+			'CREATE EXTENSION pageinspect; CREATE TABLE dropme AS SELECT g FROM generate_series(1, 5000) g');
+	});
+my ($n1, $n2, $n3) = map { $c->node($_) } 1 .. 3;
+
+my $md5_local = sub {
+	my ($node, $blk) = @_;
+	return $node->safe_psql('postgres', "SELECT md5(get_raw_page('pgbench_accounts', $blk))");
+};
+
+# Change rows on node 1 only (block 0 holds aid 1..61), then read them once so
+# that hint bits are set before anyone compares bytes.
+$n1->safe_psql('postgres', 'UPDATE pgbench_accounts SET abalance = abalance + 7 WHERE aid <= 50');
+$n1->safe_psql('postgres', 'SELECT sum(abalance) FROM pgbench_accounts WHERE aid <= 100');
+
+my $fetched = $n2->safe_psql('postgres', "SELECT md5(pgrac_fetch_block(1, 'pgbench_accounts', 0))");
+is($fetched, $md5_local->($n1, 0), 'block 0 fetched by node 2 from node 1 equals get_raw_page on node 1');
+isnt($fetched, $md5_local->($n2, 0), "... and differs from node 2's own copy");
+is( $n2->safe_psql('postgres',
+		"SELECT length(pgrac_fetch_block(1, 'pgbench_accounts', 0, 'main'))"),
+	'8192', 'a block is 8 KiB');
+is( $n3->safe_psql('postgres',
+		"SELECT md5(pgrac_fetch_block_tag(1, t.reltablespace_eff, d.oid, pg_relation_filenode('pgbench_accounts'), 'main', 0))
+		   FROM (SELECT CASE WHEN reltablespace = 0 THEN (SELECT oid FROM pg_tablespace WHERE spcname = 'pg_default') ELSE reltablespace END AS reltablespace_eff
+		           FROM pg_class WHERE relname = 'pgbench_accounts') t,
+		        pg_database d WHERE d.datname = current_database()"),
+	$md5_local->($n1, 0), 'the same block named by its BufferTag');
+
+# A batch: 20 blocks in ceil(20/7) round trips, with their LSNs.
+my $expect = $n1->safe_psql('postgres',
+	"SELECT string_agg(md5(get_raw_page('pgbench_accounts', g::int)), ',' ORDER BY g) FROM generate_series(0, 19) g");
+is( $n2->safe_psql('postgres',
+		"SELECT string_agg(md5(page), ',' ORDER BY blkno) FROM pgrac_fetch_blocks(1, 'pgbench_accounts', 0, 20)"),
+	$expect, 'a batch of 20 blocks equals get_raw_page on node 1');
+is( $n2->safe_psql('postgres',
+		"SELECT lsn FROM pgrac_fetch_blocks(1, 'pgbench_accounts', 0, 1)"),
+	$n1->safe_psql('postgres', "SELECT lsn FROM page_header(get_raw_page('pgbench_accounts', 0))"),
+	'the LSN shipped with the block is the page LSN on node 1');
+my $nblocks = $n1->safe_psql('postgres', "SELECT pg_relation_size('pgbench_accounts') / 8192");
+is( $n3->safe_psql('postgres',
+		"SELECT count(*) || ':' || max(blkno) FROM pgrac_fetch_blocks(1, 'pgbench_accounts', $nblocks - 3, 10)"),
+	'3:' . ($nblocks - 1), 'a batch stops at the end of the relation');
+
+# Blocks that are not in the server's buffer pool: restart node 1 (a fast
+# stop checkpoints the change), change a far block again, fetch before node 1
+# itself reads anything else.
+$n1->restart;
+ok($c->wait_up($_), "node $_ sees all nodes UP again") for 1 .. 3;
+my $far = $nblocks - 10;
+my $fetched_far = $n3->safe_psql('postgres', "SELECT md5(pgrac_fetch_block(1, 'pgbench_accounts', $far))");
+is($fetched_far, $md5_local->($n1, $far), "block $far, read from storage by node 1's LMS, equals get_raw_page there");
+$fetched = $n3->safe_psql('postgres', "SELECT md5(pgrac_fetch_block(1, 'pgbench_accounts', 0))");
+is($fetched, $md5_local->($n1, 0), 'the changed block 0 after the restart equals node 1\'s');
+isnt($fetched, $md5_local->($n3, 0), "... and differs from node 3's copy");
+
+# Errors: past the end, a relation dropped on the server, an unknown relation.
+my ($rc, $out, $err) = $n2->psql('postgres',
+	"SELECT pgrac_fetch_block(1, 'pgbench_accounts', $nblocks + 100)");
+like($err, qr/beyond the end of relation .* \($nblocks blocks\)/, 'block past the end: clear error');
+$n1->safe_psql('postgres', 'DROP TABLE dropme');
+($rc, $out, $err) = $n2->psql('postgres', "SELECT pgrac_fetch_block(1, 'dropme', 0)");
+like($err, qr/does not exist on node 1|is empty or was dropped on node 1/,
+	'relation dropped on the server: clear error');
+($rc, $out, $err) = $n2->psql('postgres',
+	"SELECT pgrac_fetch_block_tag(1, 1663, 5, 4000000000, 'main', 0)");
+like($err, qr/relation 1663\/5\/4000000000 fork "main" does not exist on node 1/, 'unknown relation: clear error');
+($rc, $out, $err) = $n2->psql('postgres', "SELECT pgrac_fetch_block(1, 'pgbench_accounts', 0, 'nosuchfork')");
+like($err, qr/invalid fork name/, 'bad fork name');
+# After the errors the LMS still serves, and nothing stayed pinned on node 1.
+is( $n2->safe_psql('postgres', "SELECT count(*) FROM pgrac_fetch_blocks(1, 'pgbench_accounts', 0, 50)"),
+	'50', 'node 1 still serves after the errors');
+$n1->safe_psql('postgres', 'VACUUM FREEZE pgbench_accounts');
+is( $n1->safe_psql('postgres',
+		"SELECT count(*) FROM pg_stat_activity WHERE backend_type LIKE 'pgrac_ic lms%'"),
+	'2', 'the LMS workers are alive (no buffer left pinned: VACUUM FREEZE finished)');
+
+# Privileges: not for PUBLIC.
+$n2->safe_psql('postgres', 'CREATE ROLE cf_nobody LOGIN');
+($rc, $out, $err) = $n2->psql('postgres',
+	"SET ROLE cf_nobody; SELECT pgrac_fetch_block(1, 'pgbench_accounts', 0)");
+like($err, qr/permission denied for function pgrac_fetch_block/, 'PUBLIC may not fetch blocks');
+
+# A dead peer: a clear error, bounded in time.
+$n3->stop('immediate');
+ok($c->wait_peer_state(2, 3, 'DOWN'), 'node 2 sees node 3 DOWN');
+($rc, $out, $err) = $n2->psql('postgres', "SELECT pgrac_fetch_block(3, 'pgbench_accounts', 0)");
+like($err, qr/block fetch to node 3 failed: peer unreachable/, 'fetch from a dead node fails clearly');
+
+$n1->stop('fast');
+$n2->stop('fast');
+done_testing();

@@ -1,0 +1,151 @@
+
+# Two instances at tier2 over a real RDMA device (soft-RoCE rxe0 in the VM of
+# tests/rxe/tap_in_vm.sh): the verbs transport carries pings and the RPC bench,
+# the views show what runs, a tiny CQ overflows and is survived, and an
+# instance killed with SIGKILL comes back and its peer resumes, as on TCP.
+#
+# Runs only where an RDMA device exists or RXEVM=1, and needs the IP address of
+# the RDMA netdev: PGRAC_RDMA_ADDR (default: RXEVM_IPADDR).
+use strict;
+use warnings;
+
+use FindBin;
+use lib $FindBin::RealBin;
+use PgracCluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time);
+
+my @devices = glob('/sys/class/infiniband/*');
+my $addr = $ENV{PGRAC_RDMA_ADDR} // $ENV{RXEVM_IPADDR};
+plan skip_all => 'no RDMA device (run tests/rxe/tap_in_vm.sh for the soft-RoCE VM)'
+  unless $ENV{RXEVM} || @devices;
+plan skip_all => 'set PGRAC_RDMA_ADDR to the IP address of the RDMA netdev' unless $addr;
+
+my $t0 = time;
+my $c = PgracCluster->new(
+	n => 2,
+	tier => 'tier2',
+	start => 0,
+	conf => <<'EOC');
+cluster.rdma_hugepage_size = 2MB
+cluster.rdma_numa_auto_bind = on
+EOC
+# Every instance listens on the RDMA netdev's address (ports differ): rdma_cm
+# resolves it to the device.
+my $nodes = join(',', map { "$_\@$addr:" . $c->ic_port($_) } 1 .. 2);
+$_->append_conf('postgresql.conf', "cluster.nodes = '$nodes'") for $c->nodes;
+$c->start_all;
+note sprintf('cluster up after %.1f s', time - $t0);
+
+sub q1 { my ($i, $sql) = @_; return $c->node($i)->safe_psql('postgres', $sql); }
+
+# ---- 1. The verbs transport runs (no TCP fallback), and the view says how
+for my $i (1, 2)
+{
+	my $st = q1($i,
+		q{SELECT tier || '|' || coalesce(tier_reason, '') FROM pg_cluster_rdma_status});
+	like($st, qr/^tier2\|/, "node $i runs tier2") or diag($st);
+	unlike($st, qr/TCP/, "node $i did not fall back to TCP");
+	my $dev = q1($i,
+		q{SELECT hca_name || '|' || link_layer || '|' || (mtu > 0) || '|' || coalesce(xrc, '')
+		         || '|' || (hugepage_size IS NOT NULL) || '|' || (numa_binding IS NOT NULL)
+		         || '|' || (cq_depth >= 4096) FROM pg_cluster_rdma_status});
+	like($dev, qr/^\w+\|Ethernet\|true\|off: device has no XRC, using SRQ\|true\|true\|true$/,
+		"node $i: status shows the device, RoCE, MTU, SRQ instead of XRC, pages, NUMA, CQ")
+	  or diag($dev);
+	note "node $i status: "
+	  . q1($i,
+		q{SELECT hca_name, hca_vendor, link_layer, port_state, mtu, xrc, hugepage_size, numa_node,
+		         numa_binding, cq_depth FROM pg_cluster_rdma_status});
+	is(q1($i, q{SELECT string_agg(DISTINCT tier, ',') FROM pg_cluster_ic_peers}),
+		'tier2', "node $i: peers view says tier2");
+}
+
+# ---- 2. Traffic: pings, the RPC bench, and the counters prove it went over verbs
+for my $i (1, 2)
+{
+	for my $j (1, 2)
+	{
+		cmp_ok(q1($i, "SELECT pgrac_ic_ping($j)"), '>', 0, "node $i pings node $j");
+	}
+}
+
+my $verbs_sql = q{SELECT verbs_sends || '|' || verbs_recvs FROM pg_cluster_rdma_counters
+                   WHERE peer_node_id IS NULL};
+my ($sends0, $recvs0) = split /\|/, q1(1, $verbs_sql);
+cmp_ok($sends0, '>', 0, 'node 1 has sent frames through the verbs transport');
+
+for my $b ([ 64, 500 ], [ 8192, 200 ], [ 65536, 20 ])
+{
+	my ($size, $n) = @$b;
+	my $r = q1(1,
+		"SELECT iterations_done || '|' || round(p50_us::numeric, 1) || '|' || round(p99_us::numeric, 1)
+		        || '|' || round(ops_per_sec::numeric) FROM pgrac_ic_bench(2, $size, $n)");
+	my ($done, $p50, $p99, $ops) = split /\|/, $r;
+	is($done, $n, "bench $size B x $n over verbs");
+	note "bench tier2 $size B x $n: p50 $p50 us, p99 $p99 us, $ops ops/s";
+}
+
+my ($sends1, $recvs1) = split /\|/, q1(1, $verbs_sql);
+cmp_ok($sends1 - $sends0, '>=', 720, 'node 1: verbs send completions grew by the bench');
+cmp_ok($recvs1 - $recvs0, '>=', 720, 'node 1: verbs receive completions grew by the bench');
+is( q1(1,
+		q{SELECT (mr_cache_hit_rate IS NULL OR mr_cache_hit_rate BETWEEN 0 AND 1) || '|'
+		         || cq_overflow_count FROM pg_cluster_rdma_counters WHERE peer_node_id IS NULL}),
+	'true|0', 'node 1: MR cache rate sane, no CQ overflow yet');
+is(q1(2, q{SELECT rpcs_served >= 720 FROM pg_cluster_rdma_counters WHERE peer_node_id = 1}),
+	't', 'node 2 served the RPCs');
+
+# ---- 3. SIGKILL node 2 and restart it with a tiny CQ: node 1 resumes
+sub kill_instance
+{
+	my ($i) = @_;
+	my $node = $c->node($i);
+	my ($pid) = split /\n/, slurp_file($node->data_dir . '/postmaster.pid');
+	my @children = split /\s+/, `pgrep -P $pid` // '';
+	kill 'KILL', $pid, grep { /^\d+$/ } @children;
+	$node->{_pid} = undef;
+	unlink $node->data_dir . '/postmaster.pid';
+}
+
+kill_instance(2);
+ok($c->wait_peer_state(1, 2, 'DOWN'), 'node 1 sees the killed node 2 DOWN');
+$c->node(2)->append_conf('postgresql.conf', 'cluster.rdma_cq_depth = 4');
+my $started = 0;
+for (1 .. 10)
+{
+	last if ($started = $c->node(2)->start(fail_ok => 1));
+	sleep 1;
+}
+ok($started, 'killed instance restarts');
+ok($c->wait_up(1) && $c->wait_up(2), 'both nodes see each other UP again');
+cmp_ok(q1(1, 'SELECT pgrac_ic_ping(2)'), '>', 0, 'node 1 pings the restarted node 2');
+cmp_ok(q1(2, 'SELECT pgrac_ic_ping(1)'), '>', 0, 'restarted node 2 pings node 1');
+is(q1(2, 'SELECT tier FROM pg_cluster_rdma_status'), 'tier2', 'node 2 runs tier2 again');
+
+# ---- 4. Bursts into a 4-entry CQ: the overflow is counted and survived
+my $notes = 200;
+q1(1, "SELECT count(pgrac_ic_broadcast('\\x01')) FROM generate_series(1, $notes)");
+q1(2, "SELECT count(pgrac_ic_broadcast('\\x02')) FROM generate_series(1, $notes)");
+ok( $c->node(2)->poll_query_until('postgres',
+		q{SELECT cq_overflow_count > 0 FROM pg_cluster_rdma_counters WHERE peer_node_id IS NULL}),
+	'node 2 counted a CQ overflow');
+note 'node 2 after the overflow: CQ depth '
+  . q1(2, 'SELECT cq_depth FROM pg_cluster_rdma_status');
+ok( $c->node(2)->poll_query_until('postgres',
+		"SELECT notes_recv = $notes FROM pg_cluster_ic_peers WHERE node_id = 1"),
+	"node 2 received all $notes notes of node 1 exactly once");
+ok( $c->node(1)->poll_query_until('postgres',
+		"SELECT notes_recv = $notes FROM pg_cluster_ic_peers WHERE node_id = 2"),
+	"node 1 received all $notes notes of node 2 exactly once");
+ok($c->wait_up(1) && $c->wait_up(2), 'both nodes UP after the overflow');
+cmp_ok(q1(1, 'SELECT pgrac_ic_ping(2)'), '>', 0, 'ping 1 -> 2 works after the overflow');
+cmp_ok(q1(2, 'SELECT pgrac_ic_ping(1)'), '>', 0, 'ping 2 -> 1 works after the overflow');
+is(q1(1, 'SELECT iterations_done FROM pgrac_ic_bench(2, 8192, 50)'),
+	'50', 'bench 8 KiB works after the overflow');
+is(q1(2, q{SELECT tier FROM pg_cluster_rdma_status}), 'tier2', 'node 2 still at tier2');
+
+$c->stop_all;
+note sprintf('test took %.1f s', time - $t0);
+done_testing();
