@@ -1,6 +1,7 @@
 // Engine: message routing between the shared-memory rings and the sessions.
 #include "ic/engine.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "ic/atomics.hpp"
@@ -10,7 +11,13 @@ namespace pgrac::ic {
 namespace {
 
 constexpr int kOutboundBudget = 4096;  // ring records per run_once, for fairness
+// LMS backlog held in the listener (inboxes full): past the first mark senders
+// are asked to back off; past the second, requests are refused unacknowledged
+// (the connection is dropped and the sender resends them later), so the
+// listener never grows without bound and never loses an accepted message.
+constexpr size_t kBackoffAtBytes = 32u << 20;
 constexpr size_t kOverflowLimitBytes = 256u << 20;
+constexpr uint32_t kBackoffHoldMs = 10;
 
 int64_t now_us() {
     return static_cast<int64_t>(monotonic_ns() / 1000);
@@ -158,10 +165,13 @@ void Engine::send_message(Peer& p, int lane, uint16_t flags, const uint8_t* payl
     std::vector<uint8_t> frame(kFrameHeaderSize + len);
     encode_frame_header(h, payload, frame.data());
     std::memcpy(frame.data() + kFrameHeaderSize, payload, len);
-    if (l.up) {
+    // While the peer asked us to back off, the frame is only retained; it goes
+    // out in order when the hold expires (transmit_held) or on a reconnect.
+    if (l.up && now_us() >= p.hold_until_us && l.transmitted == h.seq - 1) {
         iovec iov{frame.data(), frame.size()};
         if (transport_->send(l.conn, &iov, 1)) {
             l.session.ack_sent(h.ack);
+            l.transmitted = h.seq;
         } else {
             close_conn(l.conn);
         }
@@ -177,6 +187,17 @@ void Engine::send_message(Peer& p, int lane, uint16_t flags, const uint8_t* payl
 void Engine::on_message(Peer& p, int lane, tiers::ConnId conn, const FrameHeader& h,
                         const uint8_t* payload) {
     Lane& l = p.lanes[lane];
+    if (!(h.flags & kFlagRpcReply) && overflow_bytes_ >= kOverflowLimitBytes &&
+        seq_after(h.seq, l.session.last_received())) {
+        // Not acknowledged, so not lost: the sender resends it after reconnecting.
+        count(&p.shm->backpressure_stalls);
+        report(ErrorType::InboxFull, Severity::Error, p.addr.node_id,
+               "LMS backlog over " + std::to_string(kOverflowLimitBytes >> 20) +
+                   " MB: connection from node " + std::to_string(p.addr.node_id) +
+                   " dropped with its requests unacknowledged; it resends them later");
+        close_conn(conn);
+        return;
+    }
     switch (l.session.on_receive(h.seq)) {
         case Session::Receive::Duplicate:
             count(&p.shm->duplicates_dropped);
@@ -203,6 +224,57 @@ void Engine::on_message(Peer& p, int lane, tiers::ConnId conn, const FrameHeader
     } else {
         if (h.flags & kFlagRpcRequest) count(&p.shm->rpcs_served);
         deliver_to_lms(p.addr.node_id, h.flags, payload, h.payload_len);
+        if (overflow_bytes_ >= kBackoffAtBytes) signal_backoff(p);
+    }
+}
+
+// ---- congestion
+
+void Engine::signal_backoff(Peer& p) {
+    const int64_t now = now_us();
+    if (now < p.backoff_sent_until_us || !p.lanes[0].up) return;
+    uint8_t b[4];
+    for (int i = 0; i < 4; i++) b[i] = static_cast<uint8_t>(kBackoffHoldMs >> (8 * i));
+    Lane& l = p.lanes[0];
+    send_control(l.conn, &l, FrameType::Backoff, kFlagControlLane, b, sizeof b);
+    p.backoff_sent_until_us = now + 1000 * static_cast<int64_t>(kBackoffHoldMs);
+}
+
+void Engine::on_backoff(Peer& p, const FrameHeader& h, const uint8_t* payload) {
+    if (h.payload_len != 4) {
+        report(ErrorType::MalformedFrame, Severity::Warning, p.addr.node_id,
+               "backoff of " + std::to_string(h.payload_len) + " bytes from node " +
+                   std::to_string(p.addr.node_id) + " ignored");
+        return;
+    }
+    uint32_t hold_ms = 0;
+    for (int i = 0; i < 4; i++) hold_ms |= static_cast<uint32_t>(payload[i]) << (8 * i);
+    hold_ms = std::min<uint32_t>(hold_ms, 1000);  // a peer cannot silence us for long
+    p.hold_until_us = std::max(p.hold_until_us, now_us() + 1000 * static_cast<int64_t>(hold_ms));
+    next_timer_us_ = std::min(next_timer_us_, p.hold_until_us);
+    count(&p.shm->backpressure_stalls);
+}
+
+void Engine::transmit_held(Peer& p, int64_t now) {
+    if (now < p.hold_until_us) return;
+    for (Lane& l : p.lanes)
+        if (l.up && l.transmitted != l.session.last_sent())
+            transmit_after(p, l, l.conn, l.transmitted);
+}
+
+// Sends, in order, the retained frames after seq `after` (a reconnect's resend,
+// or what a backoff held).
+void Engine::transmit_after(Peer& p, Lane& l, tiers::ConnId conn, uint32_t after) {
+    (void)p;
+    for (const std::vector<uint8_t>* f : l.session.frames_after(after)) {
+        iovec iov{const_cast<uint8_t*>(f->data()), f->size()};
+        if (!transport_->send(conn, &iov, 1)) {
+            close_conn(conn);
+            return;
+        }
+        const uint8_t* seq = f->data() + 12;  // the header's sequence number, little-endian
+        l.transmitted = static_cast<uint32_t>(seq[0]) | static_cast<uint32_t>(seq[1]) << 8 |
+                        static_cast<uint32_t>(seq[2]) << 16 | static_cast<uint32_t>(seq[3]) << 24;
     }
 }
 

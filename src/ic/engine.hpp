@@ -99,6 +99,7 @@ class Engine final : public tiers::TransportHandler, public HandshakePolicy {
         int64_t next_dial_us = 0;
         int backoff_ms = 0;
         int64_t ack_due_since_us = 0;
+        uint32_t transmitted = 0;  // highest seq handed to the transport
     };
     struct Peer {
         NodeAddress addr;
@@ -110,6 +111,8 @@ class Engine final : public tiers::TransportHandler, public HandshakePolicy {
         uint64_t incarnation = 0;
         int64_t last_heard_us = 0;
         int64_t next_heartbeat_us = 0;
+        int64_t hold_until_us = 0;          // the peer asked us to back off until then
+        int64_t backoff_sent_until_us = 0;  // we asked the peer to back off until then
     };
     struct Conn {
         int peer = -1;  // index into peers_ once known
@@ -135,6 +138,12 @@ class Engine final : public tiers::TransportHandler, public HandshakePolicy {
     void deliver_local(uint16_t src, uint16_t flags, const uint8_t* payload, uint32_t len);
     void deliver_reply(uint64_t rpc_id, uint32_t status, const uint8_t* body, uint32_t len);
     void deliver_to_lms(uint16_t src, uint16_t flags, const uint8_t* payload, uint32_t len);
+    // Congestion (engine.cpp): ask a sender to hold off while the LMS backlog is
+    // high; honour such a request; send what was held once it expires.
+    void signal_backoff(Peer& p);
+    void on_backoff(Peer& p, const FrameHeader& h, const uint8_t* payload);
+    void transmit_held(Peer& p, int64_t now_us);
+    void transmit_after(Peer& p, Lane& l, tiers::ConnId conn, uint32_t after);
     void drain_overflow();
     void fail_rpc(uint64_t rpc_id, uint32_t status);
     void fail_outstanding(uint16_t node, uint32_t status);

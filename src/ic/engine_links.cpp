@@ -126,6 +126,14 @@ void Engine::run_timers(int64_t now) {
             p.next_heartbeat_us = now + 1000 * cfg_.heartbeat_interval_ms;
         }
         if (p.state == PeerState::Up) next = std::min(next, p.next_heartbeat_us);
+        if (p.hold_until_us != 0) {
+            if (now >= p.hold_until_us) {
+                p.hold_until_us = 0;
+                transmit_held(p, now);
+            } else {
+                next = std::min(next, p.hold_until_us);
+            }
+        }
         if ((p.state == PeerState::Up || p.state == PeerState::Connecting)) {
             const int64_t deadline = p.last_heard_us + 1000 * cfg_.peer_timeout_ms;
             if (now >= deadline)
@@ -266,6 +274,9 @@ void Engine::on_frame(tiers::ConnId id, const FrameHeader& h, const uint8_t* pay
             break;
         case FrameType::Ack:
             break;
+        case FrameType::Backoff:
+            on_backoff(p, h, payload);
+            break;
         case FrameType::Reject:
             report(ErrorType::PeerDown, Severity::Warning, p.addr.node_id,
                    "node " + std::to_string(p.addr.node_id) + " closed the session");
@@ -378,15 +389,22 @@ void Engine::establish(tiers::ConnId id, Conn& c) {
     l.failure_logged = false;
     l.backoff_ms = 0;
     p.last_heard_us = now_us();
-    // Resend, in order, what the peer has not received.
-    uint64_t resent = 0;
-    for (const std::vector<uint8_t>* f : l.session.resend_after(pid.last_seq_received)) {
-        iovec iov{const_cast<uint8_t*>(f->data()), f->size()};
-        if (!transport_->send(id, &iov, 1)) break;
-        resent++;
+    // Resend, in order, what the peer has not received: frames it had been
+    // sent count as retransmits, frames held back (backoff, lane down) as firsts.
+    // A peer that has not yet seen our current incarnation reports what it
+    // received from the previous one: more than this session ever sent. That
+    // number means nothing here (and acking by it would drop unsent frames).
+    uint32_t peer_has = pid.last_seq_received;
+    if (seq_after(peer_has, l.session.last_sent())) peer_has = 0;
+    on_ack(p, l, peer_has);  // what it has is acked (and accounted)
+    const uint32_t was_transmitted = l.transmitted;
+    l.transmitted = peer_has;
+    transmit_after(p, l, id, peer_has);
+    if (seq_after(was_transmitted, peer_has)) {
+        const uint32_t upto =
+            seq_after(l.transmitted, was_transmitted) ? was_transmitted : l.transmitted;
+        count<uint64_t>(&p.shm->retransmits, upto - peer_has);
     }
-    if (resent > 0) count(&p.shm->retransmits, resent);
-    on_ack(p, l, pid.last_seq_received);
     update_state(p);
 }
 
@@ -501,6 +519,7 @@ void Engine::reset_peer(Peer& p, uint64_t new_incarnation) {
     for (Lane& l : p.lanes) {
         const size_t bytes = l.session.unacked_bytes();
         const size_t msgs = l.session.reset();
+        l.transmitted = 0;
         __atomic_fetch_sub(&p.shm->unacked_msgs, static_cast<uint64_t>(msgs), __ATOMIC_RELAXED);
         release_queued(p.addr.node_id, msgs, bytes);
         l.ack_due_since_us = 0;
@@ -509,6 +528,7 @@ void Engine::reset_peer(Peer& p, uint64_t new_incarnation) {
     for (Lane& l : p.lanes)
         if (l.up) close_conn(l.conn);
     fail_outstanding(p.addr.node_id, PGRAC_IC_PEER_RESET);
+    count(&shm_->epoch);  // the old instance left and a new one joined
     host_.on_peer_lost(p.addr.node_id);
 }
 
@@ -530,8 +550,11 @@ void Engine::update_state(Peer& p) {
 
 void Engine::set_state(Peer& p, PeerState s) {
     if (p.state == s) return;
-    const bool membership_change = (p.state == PeerState::Up) != (s == PeerState::Up) &&
-                                   (s == PeerState::Up || s == PeerState::Down);
+    // A peer is a member from UP until it is declared DOWN: a lane lost and
+    // regained within cluster.peer_timeout (CONNECTING) is no membership change,
+    // and CONNECTING -> DOWN (the peer never came back) is one.
+    auto member = [](PeerState x) { return x == PeerState::Up || x == PeerState::Connecting; };
+    const bool membership_change = member(p.state) != member(s) && s != PeerState::Disconnecting;
     p.state = s;
     store_relaxed(&p.shm->state, static_cast<uint32_t>(s));
     store_relaxed(&p.shm->state_since_us, unix_time_us());

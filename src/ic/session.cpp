@@ -52,6 +52,13 @@ std::vector<const std::vector<uint8_t>*> Session::resend_after(uint32_t peer_las
     return frames;
 }
 
+std::vector<const std::vector<uint8_t>*> Session::frames_after(uint32_t seq) const {
+    std::vector<const std::vector<uint8_t>*> frames;
+    for (const Retained& r : unacked_)
+        if (seq_after(r.seq, seq)) frames.push_back(&r.frame);
+    return frames;
+}
+
 Session::Receive Session::on_receive(uint32_t seq) {
     if (seq == last_received_ + 1) {
         last_received_ = seq;

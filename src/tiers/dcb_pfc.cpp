@@ -85,6 +85,9 @@ PfcState query(const std::string& netdev) {
         return st;
     }
     int len = static_cast<int>(n);
+// NLMSG_OK compares the header's u32 length with the int byte count.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wsign-compare"
     for (auto* nh = reinterpret_cast<const nlmsghdr*>(buf); NLMSG_OK(nh, len);
          nh = NLMSG_NEXT(nh, len)) {
         if (nh->nlmsg_type == NLMSG_ERROR) {
@@ -97,6 +100,7 @@ PfcState query(const std::string& netdev) {
             return st;
         }
     }
+#pragma GCC diagnostic pop
     st.error = "no DCB reply";
     return st;
 }

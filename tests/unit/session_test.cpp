@@ -252,3 +252,26 @@ TEST(Session, ResetForgetsBothDirections) {
 
 }  // namespace
 }  // namespace pgrac::ic
+
+namespace pgrac::ic {
+namespace {
+
+// What a backoff held back is found again, in order, without acking anything.
+TEST(Session, FramesAfterListsHeldFramesAndAcksNothing) {
+    Session s;
+    for (uint32_t i = 0; i < 6; ++i) {
+        const uint32_t seq = s.next_seq();
+        s.retain(seq, make_frame(seq, 100 + i));
+    }
+    const auto held = s.frames_after(3);
+    ASSERT_EQ(held.size(), 3u);
+    EXPECT_EQ(seq_of(*held[0]), 4u);
+    EXPECT_EQ(seq_of(*held[2]), 6u);
+    EXPECT_EQ(s.frames_after(0).size(), 6u) << "nothing was acked by looking";
+    EXPECT_TRUE(s.frames_after(6).empty());
+    s.on_ack(4);
+    EXPECT_EQ(s.frames_after(0).size(), 2u);
+}
+
+}  // namespace
+}  // namespace pgrac::ic
