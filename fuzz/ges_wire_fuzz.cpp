@@ -6,7 +6,9 @@
 // message re-encodes to exactly the bytes it came from (the encoding is
 // canonical, so nothing in a message goes unchecked), and the table stays
 // consistent: its snapshot has one row per lock, every event names a valid
-// mode, and no owner ever holds two locks on one resource.
+// mode, and no owner ever holds two locks on one resource. The messages of
+// the cluster-wide deadlock search feed a DeadlockRound (Edges) and the
+// victim search over the gathered edges: every victim must be one of them.
 #include <cstdint>
 #include <cstring>
 #include <set>
@@ -31,7 +33,17 @@ void check_events(const Events& ev) {
     }
 }
 
-void apply(LockTable& t, const GesMessage& m, int64_t now) {
+void check_victims(const std::vector<WaitForEdge>& edges) {
+    const std::vector<WaitForEdge> victims = find_deadlock_victims(edges);
+    check(victims.size() <= edges.size());
+    for (const WaitForEdge& v : victims) {
+        bool found = false;
+        for (const WaitForEdge& e : edges) found = found || e == v;
+        check(found);
+    }
+}
+
+void apply(LockTable& t, DeadlockRound& round, const GesMessage& m, int64_t now) {
     LockRequest rq;
     rq.owner = m.owner;
     rq.resource = m.resource;
@@ -66,6 +78,24 @@ void apply(LockTable& t, const GesMessage& m, int64_t now) {
         case GesMsgType::Deny:
             check_events(t.release_node(m.owner.node, now));
             break;
+        case GesMsgType::WaitHint:
+            check_victims(edges_waiting_at_least(t.wait_for_edges(), now, m.wait_ms % 8));
+            break;
+        case GesMsgType::EdgesRequest:
+            round.start(m.round, {{1, 0}, {2, 0}, {2, 1}, {3, 0}}, now);
+            break;
+        case GesMsgType::Edges: {
+            const uint16_t node = m.edges.empty() ? 1 : m.edges[0].master;
+            round.add(node, m.worker, m.round, (m.flags & kEdgesLast) != 0,
+                      (m.flags & kEdgesIncomplete) != 0, m.edges);
+            check_victims(m.edges);
+            if (round.complete()) {
+                check(round.missing().empty());
+                check_victims(round.edges());
+                round.finish();
+            }
+            break;
+        }
     }
 }
 
@@ -73,6 +103,7 @@ void apply(LockTable& t, const GesMessage& m, int64_t now) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     LockTable table(1);
+    DeadlockRound round;
     size_t pos = 0;
     int64_t now = 0;
     while (pos + 2 <= size) {
@@ -85,7 +116,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         std::vector<uint8_t> again;
         check(encode_ges_message(m, &again) == GesWireError::None);
         check(again.size() == n && std::memcmp(again.data(), body, n) == 0);
-        apply(table, m, ++now);
+        apply(table, round, m, ++now);
     }
     check_events(table.end_replay(++now));
     check_events(table.detect_deadlocks(now));

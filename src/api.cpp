@@ -8,6 +8,7 @@ extern "C" {
 #include "pgstat.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
+#include "storage/s_lock.h"
 #include "utils/wait_event.h"
 }
 
@@ -44,6 +45,19 @@ const char* const kStatusText[PGRAC_IC_STATUS_COUNT] = {
 // How long this backend polls for a reply before sleeping (learned).
 AdaptiveSpin g_rpc_spin;
 
+// At the deadline: Waiting -> Idle, true. False if the reply arrived after
+// all (Done, or Filling, which becomes Done in a few instructions).
+bool give_up(ReplySlot* slot) {
+    for (;;) {
+        uint32_t expected = static_cast<uint32_t>(SlotState::Waiting);
+        if (compare_exchange(&slot->state, &expected, static_cast<uint32_t>(SlotState::Idle)))
+            return true;
+        if (expected == static_cast<uint32_t>(SlotState::Done)) return false;
+        if (expected == static_cast<uint32_t>(SlotState::Idle)) return true;
+        pg_spin_delay();
+    }
+}
+
 // Disarms the caller's slot after a timeout or an early failure. If the
 // listener is filling it right now, waits the few instructions that takes.
 void disarm(ReplySlot* slot) {
@@ -56,7 +70,7 @@ void disarm(ReplySlot* slot) {
             store_release(&slot->state, static_cast<uint32_t>(SlotState::Idle));
             return;
         }
-        __builtin_ia32_pause();
+        pg_spin_delay();
     }
 }
 
@@ -146,8 +160,9 @@ int pgrac_ic_rpc(int node, uint16_t msg_type, uint32_t route_key, const void* bo
         if (load_acquire(&slot->state) == static_cast<uint32_t>(SlotState::Done)) break;
         const uint64_t now = monotonic_ns();
         if (now >= deadline) {
-            disarm(slot);
-            if (load_acquire(&slot->state) == static_cast<uint32_t>(SlotState::Done)) break;
+            // Give up only if the slot is still Waiting: a reply that landed
+            // (or is being copied in) at the deadline is taken, not dropped.
+            if (!give_up(slot)) break;
             char text[128];
             snprintf(text, sizeof text, "RPC (message type %u) to node %d timed out after %d ms",
                      msg_type, node, timeout_ms);

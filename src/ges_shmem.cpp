@@ -71,19 +71,33 @@ GesWaitSlot* ges_my_slot() {
 }
 
 bool ges_deliver(int32_t pid, uint64_t request_id, uint32_t outcome) {
-    if (g_ges == nullptr || pid <= 0) return false;
-    for (uint32_t i = 0; i < g_ges->n_slots; i++) {
-        GesWaitSlot* s = &g_ges->slots[i];
-        if (pgrac::ic::load_acquire(&s->pid) != pid) continue;
-        if (pgrac::ic::load_acquire(&s->request_id) != request_id) return false;
-        uint64_t expected = ges_slot_word(request_id, kGesWaiting);
-        if (!pgrac::ic::compare_exchange(&s->word, &expected, ges_slot_word(request_id, outcome)))
-            return false;
-        pgrac::ic::count((outcome & 0xff) == kGesGranted ? &g_ges->grants_delivered
-                                                         : &g_ges->denials_delivered);
-        SetLatch(&ProcGlobal->allProcs[i].procLatch);
-        return true;
+    uint32_t i, session;
+    if (g_ges == nullptr || pid <= 0 || !ges_request_id_slot(request_id, &i, &session) ||
+        i >= g_ges->n_slots)
+        return false;
+    GesWaitSlot* s = &g_ges->slots[i];
+    if (pgrac::ic::load_acquire(&s->pid) != pid ||
+        pgrac::ic::load_acquire(&s->request_id) != request_id)
+        return false;
+    uint64_t expected = ges_slot_word(request_id, kGesWaiting);
+    if (!pgrac::ic::compare_exchange(&s->word, &expected, ges_slot_word(request_id, outcome)))
+        return false;
+    pgrac::ic::count((outcome & 0xff) == kGesGranted ? &g_ges->grants_delivered
+                                                     : &g_ges->denials_delivered);
+    SetLatch(&ProcGlobal->allProcs[i].procLatch);
+    return true;
+}
+
+bool ges_owner_alive(int32_t pid, uint64_t request_id) {
+    if (g_ges == nullptr || pid <= 0) return true;
+    uint32_t i, session;
+    if (ges_request_id_slot(request_id, &i, &session) && i < g_ges->n_slots) {
+        const GesWaitSlot* s = &g_ges->slots[i];
+        return pgrac::ic::load_acquire(&s->pid) == pid &&
+               (pgrac::ic::load_acquire(&s->session) & 0xffu) == session;
     }
+    for (uint32_t k = 0; k < g_ges->n_slots; k++)
+        if (pgrac::ic::load_acquire(&g_ges->slots[k].pid) == pid) return true;
     return false;
 }
 

@@ -12,11 +12,19 @@
 // worker completes it with one compare-and-swap from exactly that value; a
 // backend that gives up swaps it back to Idle. Whoever swaps first wins, so a
 // grant is never both delivered and abandoned.
+//
+// A backend's request ids name its slot: bit 63 clear (the LMS's own ids have
+// it set), bits 62..40 = pgprocno + 1, bits 39..32 = the slot's session tag
+// (bumped whenever a new backend takes the slot), bits 31..0 a counter. So the
+// LMS finds the slot of a reply without a scan (and checks pid and id there),
+// and can tell whether the backend that sent a request still exists (the
+// reaper of dead owners, src/lms/ges_service.cpp).
 #pragma once
 
 #include <cstdint>
 
 #include "ic/node_list.hpp"
+#include "ic/shared_state.hpp"
 
 namespace pgrac::glue {
 
@@ -29,7 +37,7 @@ struct GesWaitSlot {
     uint64_t word;
     uint64_t request_id;  // full id of the armed request
     int32_t pid;          // owner of the slot (0: unused)
-    uint32_t pad;
+    uint32_t session;     // bumped each time a new backend takes the slot
 };
 
 struct GesShared {
@@ -39,11 +47,35 @@ struct GesShared {
     uint32_t lost_count[pgrac::ic::kMaxNodes];
     // Counters for the view and the bench.
     uint64_t grants_delivered, denials_delivered, late_grants_undone;
+    // Victims the cluster-wide deadlock search cancelled (coordinator side).
+    uint64_t cluster_deadlocks;
+    // Starts of each LMS worker since the shared memory was created: a start
+    // after the first is a restart, which must rebuild the worker's shard.
+    uint32_t lms_starts[pgrac::ic::kMaxLmsWorkers];
+    // Owners whose locks the LMS reaper released (their backend was gone).
+    uint64_t dead_owners_reaped;
     GesWaitSlot slots[1];  // n_slots of them
 };
 
 inline uint64_t ges_slot_word(uint64_t request_id, uint32_t outcome) {
     return (request_id << 32) | outcome;
+}
+
+inline constexpr uint64_t kGesInternalId = uint64_t{1} << 63;
+
+// The high 32 bits of a backend's request ids (see above).
+inline uint64_t ges_request_id_base(uint32_t procno, uint32_t session) {
+    return (static_cast<uint64_t>((procno + 1) & 0x7fffffu) << 40) |
+           (static_cast<uint64_t>(session & 0xffu) << 32);
+}
+// The slot index and session tag a request id names; false for an LMS id.
+inline bool ges_request_id_slot(uint64_t id, uint32_t* procno, uint32_t* session) {
+    if (id & kGesInternalId) return false;
+    const uint32_t p = static_cast<uint32_t>(id >> 40) & 0x7fffffu;
+    if (p == 0) return false;
+    *procno = p - 1;
+    *session = static_cast<uint32_t>(id >> 32) & 0xffu;
+    return true;
 }
 
 // Chains the shmem hooks (one call from _PG_init).
@@ -56,5 +88,9 @@ GesWaitSlot* ges_my_slot();
 // outcome: kGesGranted or kGesDenied | reason << 8. True if delivered (and
 // the backend's latch set).
 bool ges_deliver(int32_t pid, uint64_t request_id, uint32_t outcome);
+// Whether the backend that sent request_id (pid) still has its GES session: its
+// slot still belongs to pid with the same session tag. For an id that names no
+// slot, whether any slot belongs to pid. Lock-free reads only.
+bool ges_owner_alive(int32_t pid, uint64_t request_id);
 
 }  // namespace pgrac::glue

@@ -26,6 +26,7 @@ char* pgrac_auth_key_file = nullptr;
 int pgrac_lms_workers = 2;
 int pgrac_heartbeat_interval_ms = 1000;
 int pgrac_busy_poll_us = 50;
+int pgrac_ges_deadlock_timeout_ms = 1000;
 int pgrac_peer_timeout_ms = 10000;
 int pgrac_rpc_timeout_ms = 5000;
 int pgrac_tcp_paths = 1;
@@ -134,6 +135,14 @@ void define_settings() {
         "before they sleep on their latch: a wakeup costs 5-25 us. "
         "0 never polls.",
         &pgrac_busy_poll_us, 50, 0, 10000, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable(
+        "cluster.ges_deadlock_timeout",
+        "How long a global lock request waits before the cluster-wide deadlock search looks at it.",
+        "The lowest-numbered live instance gathers the wait-for edges of every instance's "
+        "LMS workers when some request has waited this long, and cancels one request of "
+        "each cycle it finds (at most one search per this interval).",
+        &pgrac_ges_deadlock_timeout_ms, 1000, 10, 3600000, PGC_SIGHUP, GUC_UNIT_MS, nullptr,
+        nullptr, nullptr);
     DefineCustomIntVariable("cluster.heartbeat_interval", "Interval between heartbeats to peers.",
                             nullptr, &pgrac_heartbeat_interval_ms, 1000, 10, 60000, PGC_SIGHUP,
                             GUC_UNIT_MS, nullptr, nullptr, nullptr);

@@ -11,6 +11,7 @@ extern char* pgrac_auth_key_file;
 extern int pgrac_lms_workers;
 extern int pgrac_heartbeat_interval_ms;
 extern int pgrac_busy_poll_us;
+extern int pgrac_ges_deadlock_timeout_ms;
 extern int pgrac_peer_timeout_ms;
 extern int pgrac_rpc_timeout_ms;
 extern int pgrac_tcp_paths;

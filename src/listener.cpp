@@ -43,8 +43,10 @@ using pgrac::ic::Severity;
 // Collects what the engine wants to log; the main loop emits it with ereport()
 // outside of any C++ frame.
 class ListenerHost final : public pgrac::ic::EngineHost {
-public:
-    void wake_process(uint32_t procno) override { pgrac::glue::wake_procno(static_cast<int>(procno)); }
+  public:
+    void wake_process(uint32_t procno) override {
+        pgrac::glue::wake_procno(static_cast<int>(procno));
+    }
     void wake_lms(uint32_t worker) override {
         pgrac::glue::wake_procno(pgrac::glue::shared()->lms_procno[worker]);
     }
@@ -105,6 +107,31 @@ uint64_t new_incarnation() {
            0x7fffffffffffffffULL;
 }
 
+// Whatever way the listener leaves (shutdown, an ERROR, a terminate), backends
+// must not go on queueing to it or waiting for replies it will never route:
+// it is marked not ready, its peers DOWN, and every armed reply slot fails
+// at once with NOT_RUNNING. The restarted listener starts from there.
+void listener_exit(int, Datum) {
+    pgrac::ic::IcShared* shm = pgrac::glue::shared();
+    if (shm == nullptr) return;
+    pgrac::ic::store_release(&shm->listener_ready, 0u);
+    pgrac::ic::store_release(&shm->listener_procno, -1);
+    for (pgrac::ic::PeerShared& p : shm->peers) {
+        if (p.node_id == 0 || p.node_id == shm->my_node_id) continue;
+        pgrac::ic::store_relaxed(&p.state, static_cast<uint32_t>(pgrac::ic::PeerState::Down));
+        pgrac::ic::store_relaxed(&p.lanes_up, 0u);
+    }
+    for (uint32_t i = 0; i < shm->n_slots; i++) {
+        pgrac::ic::ReplySlot* slot = pgrac::ic::reply_slot(shm, i);
+        if (pgrac::ic::load_acquire(&slot->state) !=
+            static_cast<uint32_t>(pgrac::ic::SlotState::Waiting))
+            continue;
+        if (pgrac::ic::complete_slot(slot, pgrac::ic::load_acquire(&slot->rpc_id),
+                                     PGRAC_IC_NOT_RUNNING, nullptr, 0))
+            pgrac::glue::wake_procno(static_cast<int>(i));
+    }
+}
+
 // Longest stretch of busy-polling before the loop goes back to its latch
 // (interrupts, configuration reloads, postmaster death).
 constexpr uint64_t kMaxSpinNs = 20 * 1000 * 1000;
@@ -140,10 +167,15 @@ void pgrac_ic_listener_main(Datum) {
     BackgroundWorkerUnblockSignals();
     BackgroundWorkerInitializeConnection(nullptr, nullptr, 0);
 
+    pqsignal(SIGINT, SIG_IGN);  // a query cancel means nothing to the listener
     pgrac::ic::IcShared* shm = pgrac::glue::shared();
+    before_shmem_exit(listener_exit, 0);
     shm->incarnation = new_incarnation();
     shm->peers[pgrac_node_id - 1].incarnation = shm->incarnation;
 
+    // Published before the engine marks itself ready, so that no backend
+    // queues a message and then wakes nobody.
+    pgrac::ic::store_release(&shm->listener_procno, static_cast<int32_t>(MyProc->pgprocno));
     char err[512] = "";
     bool ok = pgrac::glue::guarded(
         [&] {
@@ -158,9 +190,9 @@ void pgrac_ic_listener_main(Datum) {
         ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE),
                         errmsg("pgrac_ic listener cannot start: %s", err)));
     pgrac::glue::publish_transport(shm);  // tier1/tier2: what runs (verbs or the TCP fallback)
-    pgrac::ic::store_release(&shm->listener_procno, static_cast<int32_t>(MyProc->pgprocno));
     ereport(LOG, (errmsg("pgrac_ic listener started: node %d, tier %s (%s transport), %zu nodes",
-                         pgrac_node_id, pgrac::ic::tier_name(static_cast<pgrac::ic::Tier>(shm->tier_active)),
+                         pgrac_node_id,
+                         pgrac::ic::tier_name(static_cast<pgrac::ic::Tier>(shm->tier_active)),
                          g_engine->transport_name(), pgrac::glue::configured_nodes().size())));
 
     WaitEventSet* set = CreateWaitEventSet(TopMemoryContext, 3);
@@ -188,8 +220,7 @@ void pgrac_ic_listener_main(Datum) {
             const uint64_t spin_start = idle_since;
             while (!ShutdownRequestPending) {
                 const uint64_t now = pgrac::ic::monotonic_ns();
-                if (now - idle_since >= g_spin.budget_ns() || now - spin_start > kMaxSpinNs)
-                    break;
+                if (now - idle_since >= g_spin.budget_ns() || now - spin_start > kMaxSpinNs) break;
                 sched_yield();  // let the process we wait for have this CPU
                 if (step()) {
                     note_work();

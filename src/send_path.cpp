@@ -3,6 +3,7 @@ extern "C" {
 
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "postmaster/interrupt.h"
 #include "storage/latch.h"
 #include "utils/wait_event.h"
 }
@@ -22,11 +23,30 @@ namespace {
 
 constexpr long kFullQueuePollMs = 1;
 
-bool queue_has_room(const PeerShared* p, uint64_t frame_bytes) {
+void give_back_room(PeerShared* p, uint64_t frame_bytes);
+
+// Takes room for one frame in the peer's send budget, or nothing if it does
+// not fit. Add first, then check, so that concurrent senders cannot all see
+// room and overshoot together.
+bool take_room(PeerShared* p, uint64_t frame_bytes) {
     const uint64_t max_bytes = static_cast<uint64_t>(pgrac_send_queue_max_kb) * 1024;
     const uint64_t max_msgs = static_cast<uint64_t>(pgrac_send_queue_max_messages);
-    return load_relaxed(&p->queued_bytes) + frame_bytes <= max_bytes &&
-           load_relaxed(&p->queued_msgs) + 1 <= max_msgs;
+    const uint64_t bytes = fetch_add(&p->queued_bytes, frame_bytes) + frame_bytes;
+    const uint64_t msgs = fetch_add(&p->queued_msgs, uint64_t{1}) + 1;
+    if (bytes <= max_bytes && msgs <= max_msgs) return true;
+    give_back_room(p, frame_bytes);
+    return false;
+}
+
+void give_back_room(PeerShared* p, uint64_t frame_bytes) {
+    __atomic_fetch_sub(&p->queued_msgs, uint64_t{1}, __ATOMIC_RELAXED);
+    __atomic_fetch_sub(&p->queued_bytes, frame_bytes, __ATOMIC_RELAXED);
+}
+
+bool peer_is_down(const IcShared* shm, const PeerShared* peer, int node) {
+    if (node == static_cast<int>(shm->my_node_id)) return false;
+    const auto state = static_cast<PeerState>(load_relaxed(&peer->state));
+    return state == PeerState::Down || state == PeerState::Error;
 }
 
 }  // namespace
@@ -44,10 +64,7 @@ int enqueue_message(int node, uint16_t flags, const MessageHeader& mh, const voi
     if (len > PGRAC_IC_MAX_MESSAGE) return PGRAC_IC_TOO_BIG;
     if (!node_is_known(node)) return PGRAC_IC_UNKNOWN_NODE;
     PeerShared* peer = peer_shared(shm, static_cast<uint32_t>(node));
-    if (node != static_cast<int>(shm->my_node_id)) {
-        const auto state = static_cast<PeerState>(load_relaxed(&peer->state));
-        if (state == PeerState::Down || state == PeerState::Error) return PGRAC_IC_UNREACHABLE;
-    }
+    if (peer_is_down(shm, peer, node)) return PGRAC_IC_UNREACHABLE;
 
     uint8_t mhbuf[kMessageHeaderSize];
     encode_message_header(mh, mhbuf);
@@ -60,20 +77,21 @@ int enqueue_message(int node, uint16_t flags, const MessageHeader& mh, const voi
     const uint64_t start = monotonic_ns();
     bool stalled = false;
     for (;;) {
-        if (queue_has_room(peer, frame_bytes)) {
-            count(&peer->queued_msgs);
-            count(&peer->queued_bytes, frame_bytes);
+        if (take_room(peer, frame_bytes)) {
             if (ring.push(iov, len > 0 ? 3 : 2) == ShmRing::Push::Ok) break;
-            __atomic_fetch_sub(&peer->queued_msgs, uint64_t{1}, __ATOMIC_RELAXED);
-            __atomic_fetch_sub(&peer->queued_bytes, frame_bytes, __ATOMIC_RELAXED);
+            give_back_room(peer, frame_bytes);
         }
+        // A peer that went DOWN while we waited will not drain its queue:
+        // waiting on would hang (an LMS reply waits without a time limit).
+        if (peer_is_down(shm, peer, node)) return PGRAC_IC_UNREACHABLE;
+        if (load_acquire(&shm->listener_ready) == 0) return PGRAC_IC_NOT_RUNNING;
+        if (ShutdownRequestPending) return PGRAC_IC_NOT_RUNNING;  // a worker being stopped
         if (!stalled) {
             count(&peer->backpressure_stalls);
             stalled = true;
         }
-        const bool expired =
-            timeout_ms >= 0 &&
-            monotonic_ns() - start >= static_cast<uint64_t>(timeout_ms) * 1000000ull;
+        const bool expired = timeout_ms >= 0 && monotonic_ns() - start >=
+                                                    static_cast<uint64_t>(timeout_ms) * 1000000ull;
         if ((api_flags & PGRAC_IC_NOWAIT) || expired) {
             char text[160];
             snprintf(text, sizeof text,
@@ -84,8 +102,8 @@ int enqueue_message(int node, uint16_t flags, const MessageHeader& mh, const voi
             return PGRAC_IC_QUEUE_FULL;
         }
         wake_procno(load_acquire(&shm->listener_procno));
-        (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-                        kFullQueuePollMs, PG_WAIT_EXTENSION);
+        (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, kFullQueuePollMs,
+                        PG_WAIT_EXTENSION);
         ResetLatch(MyLatch);
         CHECK_FOR_INTERRUPTS();
     }

@@ -59,8 +59,16 @@ void fill_rdma(pgrac::ic::RdmaStatusShared& r, const pgrac::tiers::VerbsStatus& 
     if (!st.hugepage_warning.empty()) hp += ", fallback";
     put(r.hugepage_size, hp);
     r.numa_node = st.numa_node;
-    put(r.numa_binding, st.numa_bound ? "bound to node " + std::to_string(st.numa_node)
-                                      : (st.numa_note.empty() ? "not bound" : st.numa_note));
+    std::string numa;
+    if (st.numa_bound)
+        numa = "bound to node " + std::to_string(st.numa_node);
+    else if (!pgrac_rdma_numa_auto_bind)
+        numa = "off by setting";
+    else if (st.numa_node < 0)
+        numa = "not bound: device has no NUMA node";
+    else
+        numa = st.numa_note.empty() ? "not bound" : st.numa_note;
+    put(r.numa_binding, numa);
     r.cq_depth = st.cq_depth;
 }
 

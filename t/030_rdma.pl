@@ -40,12 +40,66 @@ note sprintf('cluster up after %.1f s', time - $t0);
 
 sub q1 { my ($i, $sql) = @_; return $c->node($i)->safe_psql('postgres', $sql); }
 
+# poll_query_until counts attempts, and one psql costs ~1 s under emulation:
+# this one is bounded by wall-clock time.
+sub wait_for
+{
+	my ($i, $sql, $secs) = @_;
+	my $deadline = time + ($secs // 60);
+	while (time < $deadline)
+	{
+		return 1 if q1($i, $sql) eq 't';
+		sleep 0.3;
+	}
+	diag("timed out after ${\ ($secs // 60)} s waiting on node $i for: $sql");
+	return 0;
+}
+
+# What a node's transport has done, for diagnostics.
+sub state_of
+{
+	my ($i) = @_;
+	return "node $i: "
+	  . q1($i,
+		q{SELECT 'verbs sends/recvs ' || verbs_sends || '/' || verbs_recvs || ', cq overflows '
+		         || cq_overflow_count || ', cq depth ' || (SELECT cq_depth FROM pg_cluster_rdma_status)
+		         || ', reconnects ' || reconnects || ', retransmits ' || retransmits
+		    FROM pg_cluster_rdma_counters WHERE peer_node_id IS NULL})
+	  . '; peers '
+	  . q1($i,
+		q{SELECT string_agg(node_id || ':' || state || ':' || coalesce(last_error, ''), ' ')
+		    FROM pg_cluster_ic_peers WHERE NOT is_self});
+}
+
+sub wait_for_log
+{
+	my ($i, $re, $offset, $secs) = @_;
+	my $deadline = time + ($secs // 60);
+	while (time < $deadline)
+	{
+		my $log = slurp_file($c->node($i)->logfile, $offset);
+		return 1 if $log =~ $re;
+		sleep 0.5;
+	}
+	diag("node $i log since offset $offset:\n" . slurp_file($c->node($i)->logfile, $offset));
+	return 0;
+}
+
+sub ping_ok
+{
+	my ($i, $j, $name) = @_;
+	my ($ret, $out, $err) = $c->node($i)->psql('postgres', "SELECT pgrac_ic_ping($j)");
+	ok($ret == 0 && $out > 0, $name)
+	  or diag("ping $i -> $j: $err\n" . state_of(1) . "\n" . state_of(2));
+}
+
 # ---- 1. The verbs transport runs (no TCP fallback), and the view says how
 for my $i (1, 2)
 {
 	my $st = q1($i,
 		q{SELECT tier || '|' || coalesce(tier_reason, '') FROM pg_cluster_rdma_status});
-	like($st, qr/^tier2\|/, "node $i runs tier2") or diag($st);
+	like($st, qr/^tier2\|/, "node $i runs tier2")
+	  or BAIL_OUT("node $i does not run the verbs transport: $st");
 	unlike($st, qr/TCP/, "node $i did not fall back to TCP");
 	my $dev = q1($i,
 		q{SELECT hca_name || '|' || link_layer || '|' || (mtu > 0) || '|' || coalesce(xrc, '')
@@ -97,7 +151,7 @@ is( q1(1,
 is(q1(2, q{SELECT rpcs_served >= 720 FROM pg_cluster_rdma_counters WHERE peer_node_id = 1}),
 	't', 'node 2 served the RPCs');
 
-# ---- 3. SIGKILL node 2 and restart it with a tiny CQ: node 1 resumes
+# ---- 3. SIGKILL node 2 and restart it: node 1 resumes, as on TCP
 sub kill_instance
 {
 	my ($i) = @_;
@@ -110,8 +164,8 @@ sub kill_instance
 }
 
 kill_instance(2);
-ok($c->wait_peer_state(1, 2, 'DOWN'), 'node 1 sees the killed node 2 DOWN');
-$c->node(2)->append_conf('postgresql.conf', 'cluster.rdma_cq_depth = 4');
+ok(wait_for(1, q{SELECT state = 'DOWN' FROM pg_cluster_ic_peers WHERE node_id = 2}, 30),
+	'node 1 sees the killed node 2 DOWN');
 my $started = 0;
 for (1 .. 10)
 {
@@ -119,32 +173,59 @@ for (1 .. 10)
 	sleep 1;
 }
 ok($started, 'killed instance restarts');
-ok($c->wait_up(1) && $c->wait_up(2), 'both nodes see each other UP again');
-cmp_ok(q1(1, 'SELECT pgrac_ic_ping(2)'), '>', 0, 'node 1 pings the restarted node 2');
-cmp_ok(q1(2, 'SELECT pgrac_ic_ping(1)'), '>', 0, 'restarted node 2 pings node 1');
+my $all_up = q{SELECT count(*) = 2 FROM pg_cluster_ic_peers WHERE state = 'UP'};
+ok(wait_for(1, $all_up) && wait_for(2, $all_up), 'both nodes see each other UP again');
+ping_ok(1, 2, 'node 1 pings the restarted node 2');
+ping_ok(2, 1, 'restarted node 2 pings node 1');
 is(q1(2, 'SELECT tier FROM pg_cluster_rdma_status'), 'tier2', 'node 2 runs tier2 again');
 
-# ---- 4. Bursts into a 4-entry CQ: the overflow is counted and survived
+# ---- 4. Node 2 with a 4-entry CQ: bursts overflow it; counted and survived
+$c->node(2)->stop('fast');
+$c->node(2)->append_conf('postgresql.conf', 'cluster.rdma_cq_depth = 4');
+$c->node(2)->start;
+ok(wait_for(1, $all_up) && wait_for(2, $all_up), 'node 2 with a tiny CQ is UP');
+note 'node 2 with a tiny CQ: ' . state_of(2);
 my $notes = 200;
 q1(1, "SELECT count(pgrac_ic_broadcast('\\x01')) FROM generate_series(1, $notes)");
 q1(2, "SELECT count(pgrac_ic_broadcast('\\x02')) FROM generate_series(1, $notes)");
-ok( $c->node(2)->poll_query_until('postgres',
+ok( wait_for(2,
 		q{SELECT cq_overflow_count > 0 FROM pg_cluster_rdma_counters WHERE peer_node_id IS NULL}),
 	'node 2 counted a CQ overflow');
-note 'node 2 after the overflow: CQ depth '
-  . q1(2, 'SELECT cq_depth FROM pg_cluster_rdma_status');
-ok( $c->node(2)->poll_query_until('postgres',
-		"SELECT notes_recv = $notes FROM pg_cluster_ic_peers WHERE node_id = 1"),
+note 'after the overflow: ' . state_of(2);
+ok(wait_for(2, "SELECT notes_recv = $notes FROM pg_cluster_ic_peers WHERE node_id = 1"),
 	"node 2 received all $notes notes of node 1 exactly once");
-ok( $c->node(1)->poll_query_until('postgres',
-		"SELECT notes_recv = $notes FROM pg_cluster_ic_peers WHERE node_id = 2"),
+ok(wait_for(1, "SELECT notes_recv = $notes FROM pg_cluster_ic_peers WHERE node_id = 2"),
 	"node 1 received all $notes notes of node 2 exactly once");
-ok($c->wait_up(1) && $c->wait_up(2), 'both nodes UP after the overflow');
-cmp_ok(q1(1, 'SELECT pgrac_ic_ping(2)'), '>', 0, 'ping 1 -> 2 works after the overflow');
-cmp_ok(q1(2, 'SELECT pgrac_ic_ping(1)'), '>', 0, 'ping 2 -> 1 works after the overflow');
+ok(wait_for(1, $all_up) && wait_for(2, $all_up), 'both nodes UP after the overflow');
+ping_ok(1, 2, 'ping 1 -> 2 works after the overflow');
+ping_ok(2, 1, 'ping 2 -> 1 works after the overflow');
 is(q1(1, 'SELECT iterations_done FROM pgrac_ic_bench(2, 8192, 50)'),
 	'50', 'bench 8 KiB works after the overflow');
 is(q1(2, q{SELECT tier FROM pg_cluster_rdma_status}), 'tier2', 'node 2 still at tier2');
+
+# ---- 5. The verbs transport cannot be made (rxe has no XRC, use_xrc = on)
+# With cluster.interconnect_strict the listener refuses to start, clearly.
+$c->node(2)->stop('fast');
+$c->node(2)->append_conf('postgresql.conf',
+	"cluster.rdma_use_xrc = on\ncluster.interconnect_strict = on");
+my $offset = -s $c->node(2)->logfile;
+$c->node(2)->start;
+ok(wait_for_log(2, qr/pgrac_ic listener cannot start: the verbs transport on \w+ port \d+ cannot be created: cluster.rdma_use_xrc=on .*interconnect_strict is on, so tier2 does not fall back to TCP/, $offset),
+	'strict: the listener reports why it cannot start');
+is(q1(2, 'SELECT tier || listener_ready FROM pg_cluster_rdma_status'),
+	'tier2false', 'strict: no listener runs, and nothing pretends to');
+# Without strict: TCP, a WARNING, and the view says tier3 and why.
+$c->node(2)->stop('fast');
+$c->node(2)->append_conf('postgresql.conf', 'cluster.interconnect_strict = off');
+$offset = -s $c->node(2)->logfile;
+$c->node(2)->start;
+ok(wait_for_log(2, qr/WARNING:  the verbs transport on \w+ port \d+ cannot be created \(cluster.rdma_use_xrc=on[^)]*\); running at Tier 3 \(TCP\)/, $offset),
+	'not strict: WARNING and fallback to TCP');
+ok(wait_for(2, q{SELECT listener_ready FROM pg_cluster_rdma_status}, 30),
+	'not strict: the listener runs');
+like(q1(2, q{SELECT tier || ': ' || tier_reason FROM pg_cluster_rdma_status}),
+	qr/^tier3: the verbs transport .* running at Tier 3 \(TCP\)$/,
+	'not strict: the status view says tier3 and why');
 
 $c->stop_all;
 note sprintf('test took %.1f s', time - $t0);

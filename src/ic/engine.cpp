@@ -180,6 +180,7 @@ void Engine::send_message(Peer& p, int lane, uint16_t flags, const uint8_t* payl
     count<uint64_t>(&p.shm->bytes_sent, frame.size());
     l.session.retain(h.seq, std::move(frame));
     count(&p.shm->unacked_msgs);
+    count<uint64_t>(&p.shm->unacked_bytes, kFrameHeaderSize + len);
 }
 
 // ---- inbound: wire -> LMS inboxes and reply slots

@@ -79,6 +79,15 @@ bool Engine::start(std::string* error) {
         for (auto& h : p.numeric_hosts) h = strip_v4_mapped(h);
     }
     if (!transport_->listen(me->host, me->port, error)) return false;
+    // A previous listener of this instance (it failed and was restarted) died
+    // with frames sent and not acknowledged; its sessions died with it, so
+    // those frames will never be acked: give their room back to the senders.
+    for (const NodeAddress& n : cfg_.nodes) {
+        PeerShared& ps = shm_->peers[n.node_id - 1];
+        release_queued(n.node_id, ps.unacked_msgs, ps.unacked_bytes);
+        store_relaxed(&ps.unacked_msgs, uint64_t{0});
+        store_relaxed(&ps.unacked_bytes, uint64_t{0});
+    }
     const int64_t t = unix_time_us();
     for (const NodeAddress& n : cfg_.nodes) {
         PeerShared& ps = shm_->peers[n.node_id - 1];
@@ -483,6 +492,7 @@ void Engine::on_ack(Peer& p, Lane& l, uint32_t ack) {
     if (freed == 0) return;
     const size_t bytes = bytes_before - l.session.unacked_bytes();
     __atomic_fetch_sub(&p.shm->unacked_msgs, static_cast<uint64_t>(freed), __ATOMIC_RELAXED);
+    __atomic_fetch_sub(&p.shm->unacked_bytes, static_cast<uint64_t>(bytes), __ATOMIC_RELAXED);
     release_queued(p.addr.node_id, freed, bytes);
 }
 
@@ -521,6 +531,7 @@ void Engine::reset_peer(Peer& p, uint64_t new_incarnation) {
         const size_t msgs = l.session.reset();
         l.transmitted = 0;
         __atomic_fetch_sub(&p.shm->unacked_msgs, static_cast<uint64_t>(msgs), __ATOMIC_RELAXED);
+        __atomic_fetch_sub(&p.shm->unacked_bytes, static_cast<uint64_t>(bytes), __ATOMIC_RELAXED);
         release_queued(p.addr.node_id, msgs, bytes);
         l.ack_due_since_us = 0;
     }

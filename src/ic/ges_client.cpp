@@ -67,6 +67,29 @@ void ClientRegistry::on_released_all(Owner owner) {
         it = it->first.owner == owner ? locks_.erase(it) : std::next(it);
 }
 
+void ClientRegistry::restore(const ReplayEntry& e) {
+    const Key key{e.resource, e.owner};
+    auto it = locks_.find(key);
+    if (it == locks_.end()) {
+        locks_.emplace(key, Held{e, e.state == LockState::Converting ? 0 : e.request_id});
+        return;
+    }
+    ReplayEntry& have = it->second.entry;
+    if (have.state == LockState::Waiting && e.state != LockState::Waiting &&
+        have.request_id != e.request_id) {
+        it->second.grant_id = e.state == LockState::Granted ? e.request_id : 0;
+        have.state = LockState::Converting;
+        have.granted_mode = e.granted_mode;
+    }
+}
+
+std::vector<Owner> ClientRegistry::owners() const {
+    std::vector<Owner> out;
+    for (const auto& [key, held] : locks_)
+        if (std::find(out.begin(), out.end(), key.owner) == out.end()) out.push_back(key.owner);
+    return out;
+}
+
 std::optional<ReplayEntry> ClientRegistry::find(Owner owner, const ResourceName& resource) const {
     auto it = locks_.find(Key{resource, owner});
     if (it == locks_.end()) return std::nullopt;

@@ -35,6 +35,15 @@ class ClientRegistry {
     void on_released(Owner owner, const ResourceName& resource);
     void on_released_all(Owner owner);
 
+    // Rebuilding after a restart of the process that kept the registry: the
+    // master says the owner holds / waits for this. An entry the registry
+    // already has (a newer request seen since the restart) wins, except that
+    // a pending new request on a resource the master says is held becomes a
+    // conversion from the held mode.
+    void restore(const ReplayEntry& e);
+    // The owners with at least one entry.
+    std::vector<Owner> owners() const;
+
     std::optional<ReplayEntry> find(Owner owner, const ResourceName& resource) const;
     // Everything, ordered by resource, then owner.
     std::vector<ReplayEntry> locks() const;

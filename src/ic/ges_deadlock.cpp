@@ -81,4 +81,77 @@ std::vector<WaitForEdge> find_deadlock_victims(std::vector<WaitForEdge> edges) {
     }
 }
 
+bool operator==(const WaitForEdge& a, const WaitForEdge& b) {
+    return a.waiter == b.waiter && a.holder == b.holder && a.resource == b.resource &&
+           a.master == b.master && a.request_id == b.request_id && a.since == b.since &&
+           a.order == b.order;
+}
+
+uint16_t deadlock_coordinator(const std::vector<uint16_t>& live) {
+    uint16_t c = 0;
+    for (uint16_t n : live)
+        if (n != 0 && (c == 0 || n < c)) c = n;
+    return c;
+}
+
+std::vector<WaitForEdge> edges_waiting_at_least(const std::vector<WaitForEdge>& edges, int64_t now,
+                                                int64_t min_wait) {
+    std::vector<WaitForEdge> out;
+    for (const WaitForEdge& e : edges)
+        if (now - e.since >= min_wait) out.push_back(e);
+    return out;
+}
+
+void DeadlockRound::start(uint64_t id, const std::vector<Source>& expected, int64_t now) {
+    finish();
+    id_ = id;
+    started_ = now;
+    for (const Source& s : expected) {
+        bool dup = false;
+        for (const Slot& x : expected_)
+            dup = dup || (x.source.node == s.node && x.source.worker == s.worker);
+        if (!dup) expected_.push_back(Slot{s, false});
+    }
+}
+
+void DeadlockRound::finish() {
+    id_ = 0;
+    started_ = 0;
+    expected_.clear();
+    done_ = 0;
+    spoiled_ = false;
+    edges_.clear();
+}
+
+bool DeadlockRound::add(uint16_t node, uint16_t worker, uint64_t round, bool last, bool incomplete,
+                        const std::vector<WaitForEdge>& edges) {
+    if (!active() || round != id_) return false;
+    Slot* slot = nullptr;
+    for (Slot& s : expected_)
+        if (s.source.node == node && s.source.worker == worker) slot = &s;
+    if (slot == nullptr || slot->done) return false;
+    for (const WaitForEdge& e : edges) {
+        if (e.master != node) {
+            // A source only knows the resources it masters: nonsense, so no
+            // decision from this round.
+            spoiled_ = true;
+            return false;
+        }
+    }
+    if (incomplete) spoiled_ = true;
+    edges_.insert(edges_.end(), edges.begin(), edges.end());
+    if (last) {
+        slot->done = true;
+        done_++;
+    }
+    return true;
+}
+
+std::vector<DeadlockRound::Source> DeadlockRound::missing() const {
+    std::vector<Source> out;
+    for (const Slot& s : expected_)
+        if (!s.done) out.push_back(s.source);
+    return out;
+}
+
 }  // namespace pgrac::ic::ges

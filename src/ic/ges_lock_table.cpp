@@ -382,6 +382,21 @@ std::vector<WaitForEdge> LockTable::wait_for_edges() const {
     return edges;
 }
 
+std::optional<int64_t> LockTable::oldest_wait_since() const {
+    std::optional<int64_t> oldest;
+    auto see = [&oldest](int64_t since) {
+        if (!oldest || since < *oldest) oldest = since;
+    };
+    for (const auto& [name, r] : resources_) {
+        (void)name;
+        if (!r.convert.empty())
+            for (const Lock& h : r.holders)
+                if (h.state == LockState::Converting) see(h.since);
+        for (const Lock& w : r.waiters) see(w.since);
+    }
+    return oldest;
+}
+
 void LockTable::check_deadlocks(Events& ev) {
     // One victim at a time, from a fresh graph: denying it may grant others.
     for (;;) {
@@ -509,6 +524,41 @@ std::vector<LockRow> LockTable::snapshot() const {
         for (const Lock& w : r.waiters) row(name, w);
     }
     return rows;
+}
+
+std::vector<ReplayEntry> LockTable::entries_of_node(uint16_t node) const {
+    std::vector<ReplayEntry> held, pending;
+    for (const auto& [name, r] : resources_) {
+        for (const Lock& h : r.holders) {
+            if (h.owner.node != node) continue;
+            ReplayEntry e;
+            e.owner = h.owner;
+            e.resource = name;
+            e.state = h.state;
+            e.granted_mode = h.granted;
+            e.requested_mode = h.state == LockState::Converting ? h.requested : h.granted;
+            e.request_id = h.state == LockState::Converting ? h.request_id : h.grant_id;
+            e.flags = h.state == LockState::Converting ? h.flags : 0;
+            e.since = h.since;
+            held.push_back(e);
+        }
+        for (const Lock& w : r.waiters) {
+            if (w.owner.node != node) continue;
+            ReplayEntry e;
+            e.owner = w.owner;
+            e.resource = name;
+            e.state = LockState::Waiting;
+            e.requested_mode = w.requested;
+            e.request_id = w.request_id;
+            e.flags = w.flags;
+            e.since = w.since;
+            pending.push_back(e);
+        }
+    }
+    std::stable_sort(pending.begin(), pending.end(),
+                     [](const ReplayEntry& a, const ReplayEntry& b) { return a.since < b.since; });
+    held.insert(held.end(), pending.begin(), pending.end());
+    return held;
 }
 
 }  // namespace pgrac::ic::ges

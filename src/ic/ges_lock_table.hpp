@@ -29,6 +29,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -106,8 +107,15 @@ class LockTable {
 
     // Edges of the local wait-for graph, for a cluster-wide detector.
     std::vector<WaitForEdge> wait_for_edges() const;
+    // When the longest-waiting pending request or conversion started waiting
+    // (its since); nullopt if nothing waits. Cheap: one pass, no allocation.
+    std::optional<int64_t> oldest_wait_since() const;
     // Rows for the view, ordered by resource, then grant/convert/wait queue order.
     std::vector<LockRow> snapshot() const;
+    // Every lock and request of the owners on `node`, as replay entries (what
+    // that node's client registry should hold: used to rebuild the registry of
+    // a restarted LMS worker there). Holders first, then pending by since.
+    std::vector<ReplayEntry> entries_of_node(uint16_t node) const;
 
     size_t resource_count() const { return resources_.size(); }
     size_t lock_count() const;

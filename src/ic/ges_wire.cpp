@@ -92,6 +92,15 @@ bool deny_reason_ok(DenyReason r) {
     return v >= 1 && v <= kMaxDenyReason;
 }
 
+GesWireError check_edge(const WaitForEdge& e) {
+    if (!node_ok(e.waiter.node) || !node_ok(e.holder.node) || !node_ok(e.master))
+        return GesWireError::BadNode;
+    if (e.waiter == e.holder) return GesWireError::BadEdge;
+    if (e.request_id == 0) return GesWireError::BadRequestId;
+    if (!resource_ok(e.resource)) return GesWireError::BadResource;
+    return GesWireError::None;
+}
+
 GesWireError check_entry(const ReplayEntry& e) {
     if (!node_ok(e.owner.node)) return GesWireError::BadNode;
     if (e.request_id == 0) return GesWireError::BadRequestId;
@@ -124,6 +133,22 @@ GesWireError check_message(const GesMessage& m) {
         for (const ReplayEntry& e : m.entries)
             if (GesWireError err = check_entry(e); err != GesWireError::None) return err;
         return GesWireError::None;
+    }
+    switch (m.type) {
+        case GesMsgType::WaitHint:
+            return m.worker < kMaxWireWorkers ? GesWireError::None : GesWireError::BadWorker;
+        case GesMsgType::EdgesRequest:
+            return m.round != 0 && m.wait_ms != 0 ? GesWireError::None : GesWireError::BadRound;
+        case GesMsgType::Edges:
+            if (m.round == 0) return GesWireError::BadRound;
+            if (m.worker >= kMaxWireWorkers) return GesWireError::BadWorker;
+            if ((m.flags & ~kKnownEdgesFlags) != 0) return GesWireError::BadFlags;
+            if (m.edges.size() > kMaxEdgeEntries) return GesWireError::BadCount;
+            for (const WaitForEdge& e : m.edges)
+                if (GesWireError err = check_edge(e); err != GesWireError::None) return err;
+            return GesWireError::None;
+        default:
+            break;
     }
     if (!node_ok(m.owner.node)) return GesWireError::BadNode;
     if (m.type == GesMsgType::ReleaseAll) return GesWireError::None;
@@ -219,6 +244,12 @@ const char* ges_msg_type_name(GesMsgType t) {
             return "deny";
         case GesMsgType::Replay:
             return "replay";
+        case GesMsgType::WaitHint:
+            return "wait_hint";
+        case GesMsgType::EdgesRequest:
+            return "edges_request";
+        case GesMsgType::Edges:
+            return "edges";
     }
     return "unknown";
 }
@@ -253,6 +284,12 @@ const char* ges_wire_error_name(GesWireError e) {
             return "bad_state";
         case GesWireError::BadCount:
             return "bad_count";
+        case GesWireError::BadEdge:
+            return "bad_edge";
+        case GesWireError::BadWorker:
+            return "bad_worker";
+        case GesWireError::BadRound:
+            return "bad_round";
     }
     return "unknown";
 }
@@ -280,6 +317,13 @@ bool operator==(const GesMessage& a, const GesMessage& b) {
                    a.reason == b.reason && a.resource == b.resource;
         case GesMsgType::Replay:
             return a.flags == b.flags && a.entries == b.entries;
+        case GesMsgType::WaitHint:
+            return a.worker == b.worker && a.wait_ms == b.wait_ms;
+        case GesMsgType::EdgesRequest:
+            return a.round == b.round && a.wait_ms == b.wait_ms;
+        case GesMsgType::Edges:
+            return a.round == b.round && a.worker == b.worker && a.flags == b.flags &&
+                   a.edges == b.edges;
     }
     return false;
 }
@@ -339,6 +383,30 @@ GesWireError encode_ges_message(const GesMessage& m, std::vector<uint8_t>* out) 
                 w.u8(static_cast<uint8_t>(e.granted_mode));
                 w.u8(static_cast<uint8_t>(e.requested_mode));
                 w.u8(e.flags);
+                w.resource(e.resource);
+            }
+            break;
+        case GesMsgType::WaitHint:
+            w.u16(m.worker);
+            w.u32(m.wait_ms);
+            break;
+        case GesMsgType::EdgesRequest:
+            w.u64(m.round);
+            w.u32(m.wait_ms);
+            break;
+        case GesMsgType::Edges:
+            w.u64(m.round);
+            w.u16(m.worker);
+            w.u8(m.flags);
+            w.u8(0);
+            w.u16(static_cast<uint16_t>(m.edges.size()));
+            for (const WaitForEdge& e : m.edges) {
+                w.owner(e.waiter);
+                w.owner(e.holder);
+                w.u16(e.master);
+                w.u64(e.request_id);
+                w.u64(static_cast<uint64_t>(e.since));
+                w.u64(e.order);
                 w.resource(e.resource);
             }
             break;
@@ -421,6 +489,37 @@ GesWireError decode_ges_message(const uint8_t* in, size_t len, GesMessage* out) 
             }
             break;
         }
+        case GesMsgType::WaitHint:
+            m.worker = r.u16();
+            m.wait_ms = r.u32();
+            break;
+        case GesMsgType::EdgesRequest:
+            m.round = r.u64();
+            m.wait_ms = r.u32();
+            break;
+        case GesMsgType::Edges: {
+            m.round = r.u64();
+            m.worker = r.u16();
+            m.flags = r.u8();
+            const uint8_t reserved2 = r.u8();
+            const uint16_t count = r.u16();
+            if (!r.ok()) return GesWireError::Truncated;
+            if (reserved2 != 0) return GesWireError::BadReserved;
+            if (count > kMaxEdgeEntries) return GesWireError::BadCount;
+            for (uint16_t i = 0; i < count; ++i) {
+                WaitForEdge e;
+                e.waiter = read_owner(r);
+                e.holder = read_owner(r);
+                e.master = r.u16();
+                e.request_id = r.u64();
+                e.since = static_cast<int64_t>(r.u64());
+                e.order = r.u64();
+                if (!read_resource(r, &e.resource, &err)) return err;
+                if (GesWireError ee = check_edge(e); ee != GesWireError::None) return ee;
+                m.edges.push_back(e);
+            }
+            break;
+        }
     }
     if (!r.ok()) return GesWireError::Truncated;
     if (!r.at_end()) return GesWireError::TrailingBytes;
@@ -446,6 +545,33 @@ std::vector<std::vector<uint8_t>> encode_replay_messages(const std::vector<Repla
         m.flags = pos == valid.size() ? kReplayLast : 0;
         out.emplace_back();
         encode_ges_message(m, &out.back());
+    } while (pos < valid.size());
+    return out;
+}
+
+std::vector<std::vector<uint8_t>> encode_edges_messages(uint64_t round, uint16_t worker,
+                                                        const std::vector<WaitForEdge>& edges,
+                                                        bool incomplete) {
+    std::vector<WaitForEdge> valid;
+    for (const WaitForEdge& e : edges)
+        if (check_edge(e) == GesWireError::None) valid.push_back(e);
+    std::vector<std::vector<uint8_t>> out;
+    size_t pos = 0;
+    do {
+        const size_t n = std::min<size_t>(kMaxEdgeEntries, valid.size() - pos);
+        GesMessage m;
+        m.type = GesMsgType::Edges;
+        m.round = round;
+        m.worker = worker;
+        m.edges.assign(valid.begin() + pos, valid.begin() + pos + n);
+        pos += n;
+        m.flags = static_cast<uint8_t>((pos == valid.size() ? kEdgesLast : 0) |
+                                       (incomplete ? kEdgesIncomplete : 0));
+        out.emplace_back();
+        if (encode_ges_message(m, &out.back()) != GesWireError::None) {
+            out.pop_back();  // a bad round or worker: nothing can be sent
+            break;
+        }
     } while (pos < valid.size());
     return out;
 }

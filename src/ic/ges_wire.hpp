@@ -14,10 +14,17 @@
 //                     (reason: cancelled, timeout or deadlock)
 //   Grant             owner, u64 request_id, u8 mode, resource
 //   Bast              owner (the holder), u64 grant's request_id, u8 blocked mode (not NL),
-//   resource Deny              owner, u64 request_id, u8 mode, u8 reason, resource Replay u8 flags
-//   (bit 0: last batch from this node), u8 reserved (0), u16 count,
+//                     resource
+//   Deny              owner, u64 request_id, u8 mode, u8 reason, resource
+//   Replay            u8 flags (bit 0: last batch from this node), u8 reserved (0), u16 count,
 //                     count entries: owner, u64 request_id, i64 since, u8 state,
 //                     u8 granted_mode, u8 requested_mode, u8 flags, resource
+//   WaitHint          u16 worker, u32 oldest_wait_ms          (cluster-wide deadlock search:
+//   EdgesRequest      u64 round (nonzero), u32 min_wait_ms     see docs/ges.md, "Deadlocks")
+//   Edges             u64 round (nonzero), u16 worker, u8 flags (bit 0: last part, bit 1:
+//                     incomplete), u8 reserved (0), u16 count (<= 600), count entries:
+//                     waiter owner, holder owner, u16 master, u64 request_id, i64 since,
+//                     u64 order, resource (waiter != holder)
 // request_id is nonzero everywhere except Cancel. Replay entries must be
 // consistent: Granted has requested == granted, Converting has them differ,
 // Waiting has granted 0 (NL).
@@ -27,6 +34,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "ic/ges_deadlock.hpp"
 #include "ic/ges_types.hpp"
 
 namespace pgrac::ic::ges {
@@ -43,16 +51,29 @@ enum class GesMsgType : uint8_t {
     Bast = 7,
     Deny = 8,
     Replay = 9,
+    // The cluster-wide deadlock search (docs/ges.md, "Deadlocks").
+    WaitHint = 10,      // an LMS worker -> the coordinator: I have a request waiting too long
+    EdgesRequest = 11,  // the coordinator -> an LMS worker: your wait-for edges, please
+    Edges = 12,         // the worker's answer, in one or more parts
 };
-inline constexpr uint8_t kMaxGesMsgType = 9;
+inline constexpr uint8_t kMaxGesMsgType = 12;
 const char* ges_msg_type_name(GesMsgType t);
 
 enum ReplayFlag : uint8_t { kReplayLast = 0x01 };
+enum EdgesFlag : uint8_t {
+    kEdgesLast = 0x01,        // the source's last part for this round
+    kEdgesIncomplete = 0x02,  // the source's graph cannot be trusted now (replaying)
+};
+inline constexpr uint8_t kKnownEdgesFlags = 0x03;
 
 // Largest encoded entry is 92 bytes; this many fit in one PGRAC_IC_MAX_MESSAGE
 // (64 KiB) body with room to spare.
 inline constexpr uint16_t kMaxReplayEntries = 700;
 inline constexpr size_t kMaxGesMessage = 65536;
+// Largest encoded edge is 104 bytes: 600 of them and the 18-byte head fit.
+inline constexpr uint16_t kMaxEdgeEntries = 600;
+// LMS worker indexes on the wire (WaitHint, Edges) are below this.
+inline constexpr uint16_t kMaxWireWorkers = 16;
 
 // One decoded message; only the fields its type uses are meaningful.
 struct GesMessage {
@@ -65,6 +86,10 @@ struct GesMessage {
     uint32_t timeout_ms = 0;  // Request/Convert: the requester's wait limit, 0 = none
     DenyReason reason = DenyReason::Cancelled;  // Cancel, Deny
     std::vector<ReplayEntry> entries;           // Replay
+    uint64_t round = 0;                         // EdgesRequest, Edges: the search round
+    uint16_t worker = 0;                        // WaitHint, Edges: the sender's LMS index
+    uint32_t wait_ms = 0;            // WaitHint: oldest wait; EdgesRequest: min_wait_ms (> 0)
+    std::vector<WaitForEdge> edges;  // Edges (flags: EdgesFlag)
 };
 bool operator==(const GesMessage& a, const GesMessage& b);
 
@@ -82,7 +107,10 @@ enum class GesWireError : uint8_t {
     BadReason,
     BadResource,  // unknown kind, bad length, NUL in text
     BadState,     // replay entry state unknown or inconsistent with its modes
-    BadCount,     // replay count above kMaxReplayEntries
+    BadCount,     // replay count above kMaxReplayEntries, edge count above kMaxEdgeEntries
+    BadEdge,      // an edge from an owner to itself
+    BadWorker,    // LMS worker index out of range
+    BadRound,     // zero round, or zero min_wait_ms
 };
 const char* ges_wire_error_name(GesWireError e);
 
@@ -96,6 +124,14 @@ GesWireError decode_ges_message(const uint8_t* in, size_t len, GesMessage* out);
 // one message with count 0, so the master still hears "done"). Entries that
 // would not decode are left out.
 std::vector<std::vector<uint8_t>> encode_replay_messages(const std::vector<ReplayEntry>& entries);
+
+// One source's edges for one round of the cluster-wide deadlock search, split
+// into messages of at most kMaxEdgeEntries edges; the last carries kEdgesLast
+// (no edges is one message with count 0), every part kEdgesIncomplete if
+// `incomplete`. Edges that would not decode are left out.
+std::vector<std::vector<uint8_t>> encode_edges_messages(uint64_t round, uint16_t worker,
+                                                        const std::vector<WaitForEdge>& edges,
+                                                        bool incomplete);
 
 // Glue helpers: the message that tells a requester about an event.
 GesMessage message_for_event(const Event& e);

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "ic/error_log.hpp"
 #include "ic/latency_histogram.hpp"
@@ -45,9 +46,10 @@ struct PeerShared {
     uint64_t msgs_sent, msgs_recv, bytes_sent, bytes_recv;
     uint64_t rpcs_sent, rpcs_served;
     uint64_t retransmits, reconnects, duplicates_dropped;
-    uint64_t backpressure_stalls;  // sends that waited or failed on a full queue
+    uint64_t backpressure_stalls;        // sends that waited or failed on a full queue
     uint64_t queued_msgs, queued_bytes;  // accepted for this peer, not yet acked
     uint64_t unacked_msgs;               // listener's view: sent, not acked
+    uint64_t unacked_bytes;              // the same in frame bytes
     char last_error[160];
     // Built-in diagnostics, as the receiver: one-way notes taken by an LMS
     // worker (pgrac_ic_broadcast) and the exactly-once probe's high marks
@@ -99,9 +101,9 @@ struct IcShared {
     uint32_t tier_active;     // Tier
     char tier_reason[kDescMax];
     uint64_t incarnation;
-    uint32_t epoch;            // bumped on every membership change seen here
-    int32_t listener_procno;   // -1 until the listener runs
-    uint32_t listener_ready;   // 1 once the transport is listening
+    uint32_t epoch;           // bumped on every membership change seen here
+    int32_t listener_procno;  // -1 until the listener runs
+    uint32_t listener_ready;  // 1 once the transport is listening
     int32_t lms_procno[kMaxLmsWorkers];
     int64_t started_us;
 
@@ -121,6 +123,14 @@ struct IcShared {
     uint64_t slots_off;
 };
 
+// Shared memory holds plain data only: no pointers, no std:: types, nothing
+// with a constructor that must run per process.
+template <typename T>
+inline constexpr bool kShareable =
+    std::is_trivially_copyable_v<T> && std::is_standard_layout_v<T>;
+static_assert(kShareable<PeerShared> && kShareable<ReplySlot> && kShareable<RdmaStatusShared> &&
+              kShareable<IcShared>);
+
 struct SharedSizing {
     uint32_t n_lms = 2;
     uint32_t n_slots = 0;  // PGPROC count
@@ -135,7 +145,7 @@ struct RingPrefix {
     uint16_t flags;
     uint32_t payload_len;
 };
-static_assert(sizeof(RingPrefix) == 8);
+static_assert(sizeof(RingPrefix) == 8 && kShareable<RingPrefix>);
 
 size_t shared_size(const SharedSizing& s);
 // Lays out and zeroes the region (postmaster, once).
@@ -155,7 +165,9 @@ inline PeerShared* peer_shared(IcShared* shm, uint32_t node_id) {
 inline uint64_t make_rpc_id(uint32_t slot, uint32_t gen) {
     return (static_cast<uint64_t>(slot) << 32) | gen;
 }
-inline uint32_t rpc_slot(uint64_t rpc_id) { return static_cast<uint32_t>(rpc_id >> 32); }
+inline uint32_t rpc_slot(uint64_t rpc_id) {
+    return static_cast<uint32_t>(rpc_id >> 32);
+}
 
 // Completes an RPC waiting in `slot` if rpc_id still matches. True if delivered.
 bool complete_slot(ReplySlot* slot, uint64_t rpc_id, uint32_t status, const uint8_t* body,

@@ -22,6 +22,7 @@ extern "C" {
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -46,6 +47,10 @@ using namespace pgrac::ic::ges;
 
 constexpr int64_t kEarlyMarkerWindowUs = 3000000;
 constexpr long kTickMs = 100;
+// How often a worker looks for requests older than cluster.ges_deadlock_timeout.
+constexpr int64_t kWaitCheckUs = 50000;
+// How often a worker looks for local owners whose backend is gone.
+constexpr int64_t kReapUs = 250000;
 
 struct OutMsg {
     uint16_t node;
@@ -59,6 +64,7 @@ struct OutMsg {
 std::vector<OutMsg> g_out;
 size_t g_out_sent = 0;
 std::vector<std::string> g_logs;
+std::vector<std::string> g_debug_logs;  // DEBUG1
 
 struct Key {
     ResourceName resource;
@@ -80,6 +86,138 @@ class Worker {
         live_.push_back(self);
         if (GesShared* g = ges_shared())
             for (int i = 0; i < kMaxNodes; i++) seen_lost_[i] = load_acquire(&g->lost_count[i]);
+    }
+
+    // ---- restart of this LMS worker (docs/ges.md, "LMS restart")
+    //
+    // The previous process of this worker took its lock table (the master
+    // side of the shard) and its registry (this node's client side) with it.
+    // Nobody else noticed: the node stayed UP, so no membership change makes
+    // the others replay. Ask them: every other live node's worker of the same
+    // index replays its locks mastered here (the remastering path: the table
+    // is frozen until every live node's last batch has arrived, or the
+    // barrier times out, and new requests queue behind the replayed ones), and
+    // sends back what its table holds for this node's owners (the registry).
+    void start_recovery(int64_t now) {
+        live_ = current_live();
+        table_.begin_replay();
+        replaying_ = true;
+        recovering_ = true;
+        replay_done_.clear();
+        replay_done_.insert(self_);  // this node's registry for the shard is gone with it
+        early_last_.clear();
+        replay_deadline_ = now + static_cast<int64_t>(std::max(1000, pgrac_peer_timeout_ms)) * 1000;
+        g_logs.push_back("GES (LMS " + std::to_string(index_) +
+                         "): restarted; rebuilding the shard from nodes " + list_text(live_));
+        for (uint16_t n : live_)
+            if (n != self_) g_out.push_back({n, kMsgGesRecover, index_, {}});
+        maybe_end_replay(now, false);
+    }
+
+    // Another node's worker of this index restarted and asks for its shard.
+    void on_recover(uint16_t src, int64_t now) {
+        (void)now;
+        g_logs.push_back("GES (LMS " + std::to_string(index_) + "): node " + std::to_string(src) +
+                         " LMS " + std::to_string(index_) +
+                         " restarted; replaying its shard to it");
+        // Client side: our locks it masters (all of them: it lost its table).
+        std::vector<ReplayEntry> entries;
+        for (ReplayBatch& b : registry_.plan_replay(live_, live_, {src}))
+            if (b.master == src) entries = std::move(b.entries);
+        for (std::vector<uint8_t>& body : encode_replay_messages(entries))
+            g_out.push_back({src, kMsgGesMaster, index_, std::move(body)});
+        // Master side: what its owners hold and wait for here.
+        for (std::vector<uint8_t>& body : encode_replay_messages(table_.entries_of_node(src)))
+            g_out.push_back({src, kMsgGesRestore, index_, std::move(body)});
+    }
+
+    // Entries of this node's owners from a master: the registry rebuilt.
+    void on_restore(uint16_t src, const GesMessage& m) {
+        size_t n = 0;
+        for (const ReplayEntry& e : m.entries) {
+            if (e.owner.node != self_) continue;
+            registry_.restore(e);
+            n++;
+        }
+        if (recovering_ && (m.flags & kReplayLast))
+            g_debug_logs.push_back("GES (LMS " + std::to_string(index_) + "): node " +
+                                   std::to_string(src) + " restored the registry (" +
+                                   std::to_string(n) + " entries in its last batch)");
+    }
+
+    // ---- owners whose backend is gone (docs/ges.md, "Cleanup")
+    //
+    // A backend's exit hook sends ReleaseAll, but that can be lost (listener
+    // restarting, ring full) or never sent. Every kReapUs, each local owner in
+    // the registry whose wait slot no longer belongs to it (its pid, and the
+    // session tag in its request ids) has its locks released: all of them
+    // (ReleaseAll) if none of its entries is from a live session, else (a new
+    // backend reusing the pid) the stale resources one by one.
+    void reap_dead_owners(int64_t now) {
+        if (now - last_reap_ < kReapUs) return;
+        last_reap_ = now;
+        std::map<Owner, std::vector<ResourceName>> dead;
+        std::set<Owner> live_owner;
+        for (const ReplayEntry& e : registry_.locks()) {
+            if (e.owner.node != self_) continue;
+            if (ges_owner_alive(static_cast<int32_t>(e.owner.proc), e.request_id))
+                live_owner.insert(e.owner);
+            else
+                dead[e.owner].push_back(e.resource);
+        }
+        for (auto& [o, resources] : dead) {
+            if (GesShared* g = ges_shared()) count(&g->dead_owners_reaped);
+            g_logs.push_back("GES (LMS " + std::to_string(index_) + "): backend " +
+                             std::to_string(o.proc) +
+                             " is gone but still had global locks; releasing " +
+                             std::to_string(resources.size()));
+            if (live_owner.count(o) == 0) {
+                release_owner(o, now);
+                continue;
+            }
+            for (const ResourceName& r : resources) release_one(o, r, now);
+        }
+    }
+
+    // A new request from a session whose pid had entries of a dead session on
+    // the same resource (pid reuse faster than the reaper): drop the stale one
+    // first, so that the new request is not taken for a conversion of it.
+    void drop_stale_entry(const GesMessage& m, int64_t now) {
+        auto e = registry_.find(m.owner, m.resource);
+        if (!e || (e->request_id & kGesInternalId) || (m.request_id & kGesInternalId) ||
+            (e->request_id >> 32) == (m.request_id >> 32))
+            return;
+        release_one(m.owner, m.resource, now);
+    }
+
+    void release_one(Owner o, const ResourceName& r, int64_t now) {
+        const Key k{r, o};
+        registry_.on_released(o, r);
+        cancelling_.erase(k);
+        orphans_.erase(k);
+        GesMessage m;
+        m.type = GesMsgType::Release;
+        m.owner = o;
+        m.resource = r;
+        to_master(m, now);
+    }
+
+    // Everything of one owner, at every live master (its worker of this index).
+    void release_owner(Owner o, int64_t now) {
+        registry_.on_released_all(o);
+        erase_owner(&cancelling_, o);
+        erase_owner(&orphans_, o);
+        GesMessage m;
+        m.type = GesMsgType::ReleaseAll;
+        m.owner = o;
+        std::vector<uint8_t> body;
+        if (encode_ges_message(m, &body) != GesWireError::None) return;
+        for (uint16_t n : live_) {
+            if (n == self_)
+                on_master(self_, m, now);
+            else
+                g_out.push_back({n, kMsgGesMaster, index_, body});
+        }
     }
 
     uint32_t index() const { return index_; }
@@ -175,6 +313,11 @@ class Worker {
             g_logs.push_back("GES (LMS " + std::to_string(index_) +
                              "): replay barrier timed out; serving the queues");
         replaying_ = false;
+        if (recovering_) {
+            recovering_ = false;
+            g_logs.push_back("GES (LMS " + std::to_string(index_) + "): shard rebuilt after the "
+                             "restart (" + std::to_string(table_.lock_count()) + " locks)");
+        }
         dispatch(table_.end_replay(now), now);
     }
 
@@ -182,6 +325,166 @@ class Worker {
         check_membership(now);
         if (replaying_ && now >= replay_deadline_) maybe_end_replay(now, true);
         if (!replaying_) dispatch(table_.expire(now), now);
+        reap_dead_owners(now);
+        deadlock_tick(now);
+    }
+
+    // ---- the cluster-wide deadlock search (docs/ges.md, "Deadlocks")
+    //
+    // Every worker: when one of its pending requests has waited longer than
+    // cluster.ges_deadlock_timeout (tau), hint the coordinator (LMS 0 of the
+    // lowest live node), at most once per tau. The coordinator: when hinted,
+    // at most once per tau, ask every live node's every LMS worker for its
+    // wait-for edges older than tau (one-way messages, answered at once: no
+    // LMS ever waits for another), and when all have answered within tau,
+    // cancel each cycle's victim at its master.
+
+    static int64_t deadlock_timeout_us() {
+        return static_cast<int64_t>(std::max(1, pgrac_ges_deadlock_timeout_ms)) * 1000;
+    }
+
+    bool is_coordinator() const { return index_ == 0 && deadlock_coordinator(live_) == self_; }
+
+    std::vector<WaitForEdge> old_edges(int64_t now, int64_t min_wait) const {
+        return edges_waiting_at_least(table_.wait_for_edges(), now, min_wait);
+    }
+
+    void deadlock_tick(int64_t now) {
+        const int64_t tau = deadlock_timeout_us();
+        if (!replaying_ && now - last_wait_check_ >= std::min(kWaitCheckUs, tau)) {
+            last_wait_check_ = now;
+            const std::optional<int64_t> oldest = table_.oldest_wait_since();
+            if (oldest && now - *oldest >= tau && now - last_hint_ >= tau) {
+                last_hint_ = now;
+                hint_coordinator(now - *oldest);
+            }
+        }
+        if (!is_coordinator()) {
+            round_.finish();
+            hinted_ = false;
+            return;
+        }
+        if (round_.active() && now - round_.started() > tau) {
+            std::string who;
+            for (const DeadlockRound::Source& s : round_.missing())
+                who += " " + std::to_string(s.node) + "/" + std::to_string(s.worker);
+            g_debug_logs.push_back("GES deadlock search: round " + std::to_string(round_.id()) +
+                                   " incomplete after " + std::to_string(tau / 1000) +
+                                   " ms (no answer from node/LMS" + who + "); dropped");
+            round_.finish();
+        }
+        if (!round_.active() && hinted_ && now - last_round_ >= tau) start_round(now, tau);
+    }
+
+    void hint_coordinator(int64_t age) {
+        const uint16_t coordinator = deadlock_coordinator(live_);
+        if (coordinator == self_ && index_ == 0) {
+            hinted_ = true;
+            return;
+        }
+        GesMessage h;
+        h.type = GesMsgType::WaitHint;
+        h.worker = static_cast<uint16_t>(index_);
+        h.wait_ms = static_cast<uint32_t>(std::min<int64_t>(age / 1000, UINT32_MAX));
+        OutMsg out{coordinator, kMsgGesDeadlock, 0, {}};
+        if (encode_ges_message(h, &out.body) == GesWireError::None) g_out.push_back(std::move(out));
+    }
+
+    void start_round(int64_t now, int64_t tau) {
+        round_id_ = std::max(static_cast<uint64_t>(now), round_id_ + 1);
+        const uint32_t n_lms = std::max<uint32_t>(1, shared()->n_lms);
+        std::vector<DeadlockRound::Source> expected;
+        for (uint16_t n : live_)
+            for (uint32_t w = 0; w < n_lms; w++) expected.push_back({n, static_cast<uint16_t>(w)});
+        round_.start(round_id_, expected, now);
+        hinted_ = false;
+        last_round_ = now;
+        GesMessage rq;
+        rq.type = GesMsgType::EdgesRequest;
+        rq.round = round_id_;
+        rq.wait_ms = static_cast<uint32_t>(tau / 1000);
+        std::vector<uint8_t> body;
+        if (encode_ges_message(rq, &body) != GesWireError::None) {
+            round_.finish();
+            return;
+        }
+        for (const DeadlockRound::Source& s : expected) {
+            if (s.node == self_ && s.worker == index_)
+                round_.add(self_, s.worker, round_id_, true, replaying_, old_edges(now, tau));
+            else
+                g_out.push_back({s.node, kMsgGesDeadlock, s.worker, body});
+        }
+        maybe_decide(now);
+    }
+
+    void on_deadlock(uint16_t src, const GesMessage& m, int64_t now) {
+        switch (m.type) {
+            case GesMsgType::WaitHint:
+                if (is_coordinator()) hinted_ = true;
+                return;
+            case GesMsgType::EdgesRequest: {
+                const int64_t min_wait = static_cast<int64_t>(m.wait_ms) * 1000;
+                for (std::vector<uint8_t>& body :
+                     encode_edges_messages(m.round, static_cast<uint16_t>(index_),
+                                           old_edges(now, min_wait), replaying_))
+                    g_out.push_back({src, kMsgGesDeadlock, 0, std::move(body)});
+                return;
+            }
+            case GesMsgType::Edges:
+                round_.add(src, m.worker, m.round, (m.flags & kEdgesLast) != 0,
+                           (m.flags & kEdgesIncomplete) != 0, m.edges);
+                maybe_decide(now);
+                return;
+            default:
+                g_logs.push_back(std::string("GES: unexpected ") + ges_msg_type_name(m.type) +
+                                 " in the deadlock search, from node " + std::to_string(src));
+        }
+    }
+
+    void maybe_decide(int64_t now) {
+        if (!round_.complete()) return;
+        const int64_t tau = deadlock_timeout_us();
+        const int64_t took = now - round_.started();
+        if (round_.spoiled() || took > tau) {
+            // Snapshots further apart than tau, or a table being rebuilt:
+            // a cycle in them might not have existed at any one moment.
+            g_debug_logs.push_back(
+                "GES deadlock search: round " + std::to_string(round_.id()) +
+                (round_.spoiled() ? " spoiled (a table is replaying)" : " took too long") +
+                "; dropped");
+            round_.finish();
+            return;
+        }
+        const size_t n_edges = round_.edges().size();
+        const std::vector<WaitForEdge> victims = find_deadlock_victims(round_.edges());
+        g_debug_logs.push_back("GES deadlock search: round " + std::to_string(round_.id()) + ": " +
+                               std::to_string(n_edges) + " old wait-for edges, " +
+                               std::to_string(victims.size()) + " cycle(s), " +
+                               std::to_string(took) + " us");
+        round_.finish();
+        const uint32_t n_lms = std::max<uint32_t>(1, shared()->n_lms);
+        for (const WaitForEdge& v : victims) {
+            if (GesShared* g = ges_shared()) count(&g->cluster_deadlocks);
+            g_logs.push_back(
+                "GES: deadlock across instances or LMS workers: cancelling the "
+                "request of node " +
+                std::to_string(v.waiter.node) + " pid " + std::to_string(v.waiter.proc) +
+                " for \"" + v.resource.to_string() + "\" (mastered on node " +
+                std::to_string(v.master) + ")");
+            GesMessage c;
+            c.type = GesMsgType::Cancel;
+            c.owner = v.waiter;
+            c.resource = v.resource;
+            c.request_id = v.request_id;
+            c.reason = DenyReason::Deadlock;
+            if (v.master == self_ && worker_for(v.resource, n_lms) == index_) {
+                on_master(self_, c, now);
+                continue;
+            }
+            OutMsg out{v.master, kMsgGesMaster, route_key_for(v.resource), {}};
+            if (encode_ges_message(c, &out.body) == GesWireError::None)
+                g_out.push_back(std::move(out));
+        }
     }
 
     // ---- client side: from this node's backends
@@ -191,6 +494,7 @@ class Worker {
         switch (m.type) {
             case GesMsgType::Request:
             case GesMsgType::Convert:
+                drop_stale_entry(m, now);
                 if (!registry_.on_request(m.owner, m.resource, m.mode, m.request_id, m.flags,
                                           now)) {
                     ges_deliver(static_cast<int32_t>(m.owner.proc), m.request_id,
@@ -206,20 +510,9 @@ class Worker {
                 orphans_.erase(k);
                 to_master(m, now);
                 return;
-            case GesMsgType::ReleaseAll: {
-                registry_.on_released_all(m.owner);
-                erase_owner(&cancelling_, m.owner);
-                erase_owner(&orphans_, m.owner);
-                std::vector<uint8_t> body;
-                if (encode_ges_message(m, &body) != GesWireError::None) return;
-                for (uint16_t n : live_) {
-                    if (n == self_)
-                        on_master(self_, m, now);
-                    else
-                        g_out.push_back({n, kMsgGesMaster, index_, body});
-                }
+            case GesMsgType::ReleaseAll:
+                release_owner(m.owner, now);
                 return;
-            }
             case GesMsgType::Cancel: {
                 auto e = registry_.find(m.owner, m.resource);
                 if (!e || e->state == LockState::Granted ||
@@ -389,11 +682,20 @@ class Worker {
     std::map<Key, Undo> cancelling_;   // requests cancelled, answer not yet seen
     std::map<Key, LockMode> orphans_;  // late grants superseded by a newer request
     bool replaying_ = false;
+    bool recovering_ = false;  // the replay is the rebuild after a restart
+    int64_t last_reap_ = 0;
     std::set<uint16_t> replay_done_;
     std::map<uint16_t, int64_t> early_last_;
     int64_t replay_deadline_ = 0;
     uint64_t next_internal_id_ = 1;
     uint64_t bast_count_ = 0;
+    // Deadlock search: every worker's hinting, and the coordinator's round.
+    int64_t last_wait_check_ = 0;
+    int64_t last_hint_ = 0;
+    bool hinted_ = false;
+    int64_t last_round_ = 0;
+    uint64_t round_id_ = 0;
+    DeadlockRound round_;
 };
 
 Worker* g_worker = nullptr;
@@ -424,14 +726,25 @@ void flush() {
     for (size_t i = 0; i < g_logs.size(); i++)
         ereport(LOG, (errmsg("pgrac_ic %s", g_logs[i].c_str())));
     g_logs.clear();
+    for (size_t i = 0; i < g_debug_logs.size(); i++)
+        ereport(DEBUG1, (errmsg("pgrac_ic %s", g_debug_logs[i].c_str())));
+    g_debug_logs.clear();
 }
 
-enum class Role { Client, Master, Reply };
+enum class Role { Client, Master, Reply, Deadlock, Recover, Restore };
 
 int handle(Role role, const pgrac_ic_message* msg) {
     char err[256];
     const bool ok = guarded(
         [&] {
+            if (role == Role::Recover) {
+                Worker& w = worker(worker_index_of(msg));
+                const int64_t now = unix_time_us();
+                w.check_membership(now);
+                if (msg->src_node != pgrac_node_id)
+                    w.on_recover(static_cast<uint16_t>(msg->src_node), now);
+                return;
+            }
             GesMessage m;
             const GesWireError we =
                 decode_ges_message(static_cast<const uint8_t*>(msg->body), msg->len, &m);
@@ -453,6 +766,15 @@ int handle(Role role, const pgrac_ic_message* msg) {
                 case Role::Reply:
                     w.on_reply(m, now);
                     break;
+                case Role::Deadlock:
+                    w.on_deadlock(static_cast<uint16_t>(msg->src_node), m, now);
+                    break;
+                case Role::Restore:
+                    if (m.type == GesMsgType::Replay)
+                        w.on_restore(static_cast<uint16_t>(msg->src_node), m);
+                    break;
+                case Role::Recover:
+                    break;
             }
         },
         err, sizeof err);
@@ -469,6 +791,16 @@ int ges_master_handler(const pgrac_ic_message* msg, pgrac_ic_reply*) {
 }
 int ges_reply_handler(const pgrac_ic_message* msg, pgrac_ic_reply*) {
     return handle(Role::Reply, msg);
+}
+int ges_deadlock_handler(const pgrac_ic_message* msg, pgrac_ic_reply*) {
+    return handle(Role::Deadlock, msg);
+}
+
+int ges_recover_handler(const pgrac_ic_message* msg, pgrac_ic_reply*) {
+    return handle(Role::Recover, msg);
+}
+int ges_restore_handler(const pgrac_ic_message* msg, pgrac_ic_reply*) {
+    return handle(Role::Restore, msg);
 }
 
 // View RPC reply: u32 n_lms | u32 rows | u8 truncated | rows of
@@ -527,6 +859,25 @@ void register_ges_handlers() {
     pgrac_ic_register_handler(kMsgGesMaster, "ges master", ges_master_handler);
     pgrac_ic_register_handler(kMsgGesReply, "ges reply", ges_reply_handler);
     pgrac_ic_register_handler(kMsgGesView, "ges view", ges_view_handler);
+    pgrac_ic_register_handler(kMsgGesDeadlock, "ges deadlock search", ges_deadlock_handler);
+    pgrac_ic_register_handler(kMsgGesRecover, "ges lms recovery", ges_recover_handler);
+    pgrac_ic_register_handler(kMsgGesRestore, "ges registry restore", ges_restore_handler);
+}
+
+void lms_start(int worker_index) {
+    GesShared* g = ges_shared();
+    if (shared() == nullptr || g == nullptr || worker_index < 0 || worker_index >= kMaxLmsWorkers)
+        return;
+    const uint32_t before = fetch_add(&g->lms_starts[worker_index], 1u);
+    char err[256];
+    const bool ok = guarded(
+        [&] {
+            Worker& w = worker(static_cast<uint32_t>(worker_index));
+            if (before > 0) w.start_recovery(unix_time_us());
+        },
+        err, sizeof err);
+    flush();
+    if (!ok) ereport(LOG, (errmsg("pgrac_ic GES start of LMS %d failed: %s", worker_index, err)));
 }
 
 void lms_tick(int worker_index) {

@@ -29,12 +29,12 @@ struct Row {
 };
 
 Row read_row(const PeerShared& p) {
-    return Row{load_relaxed(&p.msgs_sent),   load_relaxed(&p.msgs_recv),
-               load_relaxed(&p.bytes_sent),  load_relaxed(&p.bytes_recv),
-               load_relaxed(&p.rpcs_sent),   load_relaxed(&p.rpcs_served),
-               load_relaxed(&p.retransmits), load_relaxed(&p.reconnects),
+    return Row{load_relaxed(&p.msgs_sent),          load_relaxed(&p.msgs_recv),
+               load_relaxed(&p.bytes_sent),         load_relaxed(&p.bytes_recv),
+               load_relaxed(&p.rpcs_sent),          load_relaxed(&p.rpcs_served),
+               load_relaxed(&p.retransmits),        load_relaxed(&p.reconnects),
                load_relaxed(&p.duplicates_dropped), load_relaxed(&p.backpressure_stalls),
-               load_relaxed(&p.queued_msgs), load_relaxed(&p.queued_bytes)};
+               load_relaxed(&p.queued_msgs),        load_relaxed(&p.queued_bytes)};
 }
 
 void add(Row& t, const Row& r) {
@@ -58,11 +58,14 @@ void put_row(ReturnSetInfo* rsinfo, const IcShared* shm, int node, const Row& r,
     bool n[kColumns];
     memset(n, 0, sizeof n);
     int i = 0;
-    if (node > 0) v[i] = Int32GetDatum(node); else n[i] = true;
+    if (node > 0)
+        v[i] = Int32GetDatum(node);
+    else
+        n[i] = true;
     i++;
-    for (uint64_t c : {r.msgs_sent, r.msgs_recv, r.bytes_sent, r.bytes_recv, r.rpcs_sent,
-                       r.rpcs_served, r.retransmits, r.reconnects, r.duplicates, r.stalls,
-                       r.queued_msgs, r.queued_bytes})
+    for (uint64_t c :
+         {r.msgs_sent, r.msgs_recv, r.bytes_sent, r.bytes_recv, r.rpcs_sent, r.rpcs_served,
+          r.retransmits, r.reconnects, r.duplicates, r.stalls, r.queued_msgs, r.queued_bytes})
         v[i++] = counter_datum(c);
     // MR cache and CQ counters exist only on the verbs tiers, transport-wide.
     const uint64_t hits = load_relaxed(&shm->mr_cache_hits);
@@ -72,18 +75,27 @@ void put_row(ReturnSetInfo* rsinfo, const IcShared* shm, int node, const Row& r,
     else
         n[i] = true;
     i++;
-    if (verbs && node <= 0) v[i] = counter_datum(load_relaxed(&shm->cq_overflows)); else n[i] = true;
+    if (verbs && node <= 0)
+        v[i] = counter_datum(load_relaxed(&shm->cq_overflows));
+    else
+        n[i] = true;
     i++;
     const uint64_t samples = h.total();
     for (double q : {0.5, 0.99, 0.999}) {
-        if (samples > 0) v[i] = pgrac::glue::ns_to_us_datum(h.percentile(q)); else n[i] = true;
+        if (samples > 0)
+            v[i] = pgrac::glue::ns_to_us_datum(h.percentile(q));
+        else
+            n[i] = true;
         i++;
     }
     v[i++] = counter_datum(samples);
     // Frames the verbs transport moved (send and receive completions): proof
     // that the traffic went over RDMA, not a TCP fallback. Total row only.
     for (const uint64_t* c : {&shm->verbs_sends, &shm->verbs_recvs}) {
-        if (verbs && node <= 0) v[i] = counter_datum(load_relaxed(c)); else n[i] = true;
+        if (verbs && node <= 0)
+            v[i] = counter_datum(load_relaxed(c));
+        else
+            n[i] = true;
         i++;
     }
     Assert(i == kColumns);

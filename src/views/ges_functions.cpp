@@ -91,12 +91,9 @@ void drop_held(Held* h) {
     g_nheld--;
 }
 
+// Ids name this backend's slot and session (src/ges_shmem.hpp); prepare()
+// sets g_id_high when the backend takes its slot.
 uint64_t next_request_id() {
-    if (g_id_high == 0) {
-        uint32_t r = 0;
-        if (!pg_strong_random(&r, sizeof r)) r = static_cast<uint32_t>(MyProcPid);
-        g_id_high = static_cast<uint64_t>((r & 0x7fffffffu) | 1u) << 32;
-    }
     if (++g_id_low == 0) g_id_low = 1;
     return g_id_high | g_id_low;
 }
@@ -148,16 +145,25 @@ int send_client(GesMsgType type, const ResourceName* r, uint32_t route_key, Lock
                          static_cast<uint32_t>(n), PGRAC_IC_CONTROL, wait_ms);
 }
 
-void send_release_all() {
+// ReleaseAll to every local LMS worker; returns the first failure (or OK).
+int send_release_all(int wait_ms) {
+    int first = PGRAC_IC_OK;
     pgrac::ic::IcShared* shm = pgrac::glue::shared();
-    for (uint32_t w = 0; shm && w < shm->n_lms; w++)
-        (void)send_client(GesMsgType::ReleaseAll, nullptr, w, LockMode::NL, 0, 0, 0,
-                          DenyReason::Cancelled, 1000);
+    for (uint32_t w = 0; shm && w < shm->n_lms; w++) {
+        const int rc = send_client(GesMsgType::ReleaseAll, nullptr, w, LockMode::NL, 0, 0, 0,
+                                   DenyReason::Cancelled, wait_ms);
+        if (rc != PGRAC_IC_OK && first == PGRAC_IC_OK) first = rc;
+    }
+    return first;
 }
 
+// Backend exit. The ReleaseAll is a courtesy that makes the release prompt:
+// if it cannot be queued (listener restarting, ring full) the LMS reaper
+// releases the locks anyway once it sees the slot is no longer ours
+// (clearing slot->pid below is what it looks for).
 void ges_at_exit(int, Datum) {
     GesWaitSlot* slot = pgrac::glue::ges_my_slot();
-    if (g_used) send_release_all();
+    if (g_used) (void)send_release_all(1000);
     g_nheld = 0;
     g_pending.active = false;
     if (slot) {
@@ -175,9 +181,15 @@ GesWaitSlot* prepare() {
         before_shmem_exit(ges_at_exit, 0);
         g_callback = true;
     }
-    if (load_relaxed(&slot->pid) != MyProcPid) {
+    if (g_id_high == 0 || load_relaxed(&slot->pid) != MyProcPid) {
+        // A new session in this slot: a new tag, so that the reaper tells the
+        // previous owner (maybe with the same pid) from this one.
+        const uint32_t session = load_relaxed(&slot->session) + 1;
+        store_release(&slot->session, session);
         store_release(&slot->word, uint64_t{0});
         store_release(&slot->pid, static_cast<int32_t>(MyProcPid));
+        g_id_high = pgrac::glue::ges_request_id_base(static_cast<uint32_t>(MyProc->pgprocno),
+                                                     session);
     }
     return slot;
 }
@@ -244,6 +256,40 @@ void resource_text(const ResourceName& r, char* out, size_t cap) {
         snprintf(out, cap, "#%lld", static_cast<long long>(r.int_value()));
 }
 
+// Waits on the latch until the armed slot leaves Waiting (*word: its value)
+// or limit_ms (-1: no limit) passes (*timed_out; the request is withdrawn, and
+// for NOWAIT, where only a lost answer can take that long, an error raised).
+// Interrupts are honoured: the caller's PG_CATCH withdraws the request.
+void wait_answer(GesWaitSlot* slot, int timeout_ms, int64_t limit_ms, uint64_t* word,
+                 bool* timed_out) {
+    const uint64_t start = monotonic_ns();
+    for (;;) {
+        ResetLatch(MyLatch);
+        *word = load_acquire(&slot->word);
+        if ((*word & 0xff) != pgrac::glue::kGesWaiting) return;
+        long wait_ms = 1000;
+        if (limit_ms >= 0) {
+            const int64_t left =
+                limit_ms - static_cast<int64_t>((monotonic_ns() - start) / 1000000);
+            if (left <= 0) {
+                abandon(slot, DenyReason::Timeout);
+                // The answer may have won the race: abandon() gave it back.
+                if (timeout_ms == 0)
+                    ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE),
+                                    errmsg("no answer from the master of global lock within %lld "
+                                           "ms",
+                                           static_cast<long long>(limit_ms))));
+                *timed_out = true;
+                return;
+            }
+            wait_ms = Min(wait_ms, static_cast<long>(left));
+        }
+        (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, wait_ms,
+                        PG_WAIT_EXTENSION);
+        CHECK_FOR_INTERRUPTS();
+    }
+}
+
 // Takes (or converts to) `mode`. true: granted; false: not granted within
 // timeout_ms (0: NOWAIT). Errors for deadlock victims and failures.
 bool ges_lock(const ResourceName& r, LockMode mode, int timeout_ms) {
@@ -260,59 +306,41 @@ bool ges_lock(const ResourceName& r, LockMode mode, int timeout_ms) {
         ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY),
                         errmsg("this session holds too many global locks (%d)", kMaxHeld)));
     const uint64_t id = next_request_id();
-    g_pending = Pending{true, id, r, h != nullptr, h ? h->mode : LockMode::NL};
-    store_release(&slot->request_id, id);
-    store_release(&slot->word, pgrac::glue::ges_slot_word(id, pgrac::glue::kGesWaiting));
-    g_used = true;
-    const int rc = send_client(
-        GesMsgType::Request, &r, route_key_for(r), mode, id, timeout_ms == 0 ? kNoWait : 0,
-        timeout_ms > 0 ? static_cast<uint32_t>(timeout_ms) : 0, DenyReason::Cancelled, -1);
-    if (rc != PGRAC_IC_OK) {
-        g_pending.active = false;
-        store_release(&slot->word, uint64_t{0});
-        pgrac::glue::raise_status(rc, pgrac_node_id, "global lock request", nullptr, 0);
-    }
-
     // NOWAIT still needs the master's answer; bound it (a remastering can
     // hold it back for up to the peer timeout).
     const int64_t limit_ms = timeout_ms > 0    ? timeout_ms
                              : timeout_ms == 0 ? pgrac_rpc_timeout_ms + 2 * pgrac_peer_timeout_ms
                                                : -1;
-    const uint64_t start = monotonic_ns();
-    uint64_t word;
-    for (;;) {
-        ResetLatch(MyLatch);
-        word = load_acquire(&slot->word);
-        if ((word & 0xff) != pgrac::glue::kGesWaiting) break;
-        long wait_ms = 1000;
-        if (limit_ms >= 0) {
-            const int64_t left =
-                limit_ms - static_cast<int64_t>((monotonic_ns() - start) / 1000000);
-            if (left <= 0) {
-                abandon(slot, DenyReason::Timeout);
-                // The answer may have won the race: abandon() gave it back.
-                if (timeout_ms == 0)
-                    ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE),
-                                    errmsg("no answer from the master of global lock within %lld "
-                                           "ms",
-                                           static_cast<long long>(limit_ms))));
-                return false;
-            }
-            wait_ms = Min(wait_ms, static_cast<long>(left));
+    uint64_t word = 0;
+    bool timed_out = false;
+    g_pending = Pending{true, id, r, h != nullptr, h ? h->mode : LockMode::NL};
+    store_release(&slot->request_id, id);
+    store_release(&slot->word, pgrac::glue::ges_slot_word(id, pgrac::glue::kGesWaiting));
+    g_used = true;
+    // From the armed slot to the end of the wait, any error (a cancel, a
+    // failed send, anything raised in between) withdraws the request and
+    // gives back a grant that won the race.
+    PG_TRY();
+    {
+        const int rc = send_client(GesMsgType::Request, &r, route_key_for(r), mode, id,
+                                   timeout_ms == 0 ? kNoWait : 0,
+                                   timeout_ms > 0 ? static_cast<uint32_t>(timeout_ms) : 0,
+                                   DenyReason::Cancelled, -1);
+        if (rc != PGRAC_IC_OK) {
+            // Not queued: nothing to withdraw.
+            g_pending.active = false;
+            store_release(&slot->word, uint64_t{0});
+            pgrac::glue::raise_status(rc, pgrac_node_id, "global lock request", nullptr, 0);
         }
-        (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, wait_ms,
-                        PG_WAIT_EXTENSION);
-        if (InterruptPending) {
-            PG_TRY();
-            { CHECK_FOR_INTERRUPTS(); }
-            PG_CATCH();
-            {
-                abandon(slot, DenyReason::Cancelled);
-                PG_RE_THROW();
-            }
-            PG_END_TRY();
-        }
+        wait_answer(slot, timeout_ms, limit_ms, &word, &timed_out);
     }
+    PG_CATCH();
+    {
+        abandon(slot, DenyReason::Cancelled);
+        PG_RE_THROW();
+    }
+    PG_END_TRY();
+    if (timed_out) return false;
     g_pending.active = false;
     store_release(&slot->word, uint64_t{0});
     if ((word & 0xff) == pgrac::glue::kGesGranted) {
@@ -357,12 +385,18 @@ bool ges_unlock(const ResourceName& r) {
         ereport(WARNING, (errmsg("you don't own a global lock on \"%s\"", name)));
         return false;
     }
-    if (--h->count > 0) return true;
-    drop_held(h);
+    if (h->count > 1) {
+        h->count--;
+        return true;
+    }
+    // The last level: the session keeps the lock until the Release is queued
+    // (if it cannot be, the caller gets the error and the lock is still held,
+    // for a retry, pgrac_ges_unlock_all() or the end of the session).
     const int rc = send_client(GesMsgType::Release, &r, route_key_for(r), LockMode::NL, 0, 0, 0,
                                DenyReason::Cancelled, -1);
     if (rc != PGRAC_IC_OK)
         pgrac::glue::raise_status(rc, pgrac_node_id, "global lock release", nullptr, 0);
+    drop_held(find_held(r));
     return true;
 }
 
@@ -404,7 +438,10 @@ Datum pgrac_ges_unlock_all(PG_FUNCTION_ARGS) {
     const int n = g_nheld;
     if (g_used) {
         prepare();
-        send_release_all();
+        const int rc = send_release_all(-1);
+        // Locks stay recorded as held unless every worker got the ReleaseAll.
+        if (rc != PGRAC_IC_OK)
+            pgrac::glue::raise_status(rc, pgrac_node_id, "global lock release", nullptr, 0);
     }
     g_nheld = 0;
     PG_RETURN_INT32(n);
@@ -451,6 +488,8 @@ Datum pgrac_ges_locks(PG_FUNCTION_ARGS) {
                 break;
             }
             n_lms = buf[0] | buf[1] << 8 | buf[2] << 16 | static_cast<uint32_t>(buf[3]) << 24;
+            // A peer's word, not ours to trust with the number of RPCs.
+            n_lms = Max(1u, Min(n_lms, static_cast<uint32_t>(kMaxLmsWorkers)));
             const uint32_t rows =
                 buf[4] | buf[5] << 8 | buf[6] << 16 | static_cast<uint32_t>(buf[7]) << 24;
             if (buf[8])

@@ -76,15 +76,24 @@ Datum pgrac_ic_status_view(PG_FUNCTION_ARGS) {
     put_text(v, n, i++, r.hca_vendor);
     put_text(v, n, i++, r.link_layer);
     put_text(v, n, i++, r.port_state);
-    if (r.mtu > 0) v[i] = Int32GetDatum(r.mtu); else n[i] = true;
+    if (r.mtu > 0)
+        v[i] = Int32GetDatum(r.mtu);
+    else
+        n[i] = true;
     i++;
     put_text(v, n, i++, r.xrc);
     put_text(v, n, i++, r.dcqcn);
     put_text(v, n, i++, r.hugepage_size);
-    if (r.numa_node >= 0) v[i] = Int32GetDatum(r.numa_node); else n[i] = true;
+    if (r.numa_node >= 0)
+        v[i] = Int32GetDatum(r.numa_node);
+    else
+        n[i] = true;
     i++;
     put_text(v, n, i++, r.numa_binding);
-    if (r.cq_depth > 0) v[i] = Int32GetDatum(r.cq_depth); else n[i] = true;
+    if (r.cq_depth > 0)
+        v[i] = Int32GetDatum(r.cq_depth);
+    else
+        n[i] = true;
     i++;
     v[i++] = issues_array(r.verify_issues);
     v[i++] = Int32GetDatum(static_cast<int32>(shm->n_lms));

@@ -9,7 +9,8 @@
 #
 # Environment: RXE_VM (run-in-rxe-vm.sh; default ../shared/tools/rxe-vm/ beside
 # the repository), RXE_VM_TIMEOUT (seconds, default 600), PGRAC_TAP_OUT (keep
-# the logs there instead of a temporary directory).
+# the logs there instead of a temporary directory), PGRAC_RXE_PERF=1 (then also
+# run ibv_rc_pingpong, and PGRAC_VERBS_PINGPONG if set, on rxe0 in the same VM).
 # Exit: 0 pass, 1 fail, 77 skipped (no VM tool, extension not installed, not root).
 set -euo pipefail
 
@@ -44,10 +45,28 @@ rm -rf \$w; mkdir -p \$w/src
 cd '$root' && tar --exclude=./build --exclude='./build-*' --exclude=./.git --exclude=./tmp_check \
     --exclude=./tmp_check_regress -cf - . | tar -C \$w/src -xf -
 chown -R postgres: \$w
-runuser -u postgres -- env RXEVM=1 PGRAC_RDMA_ADDR=\$RXEVM_IPADDR PG_TEST_TIMEOUT_DEFAULT=60 \
+# setpriv, not runuser: runuser's PAM session (pam_limits) would reset memlock.
+as_pg() { setpriv --reuid=postgres --regid=postgres --init-groups env HOME=\$w \"\$@\"; }
+as_pg sh -c 'echo \"memlock as postgres: \$(ulimit -l)\"' > \$RXEVM_OUT/tap.log
+as_pg env RXEVM=1 PGRAC_RDMA_ADDR=\$RXEVM_IPADDR PG_TEST_TIMEOUT_DEFAULT=30 \
     make -C \$w/src installcheck REGRESS= PROVE_TESTS='$tests' PROVE_FLAGS='--timer -v' \
-    > \$RXEVM_OUT/tap.log 2>&1
+    >> \$RXEVM_OUT/tap.log 2>&1
 echo \$? > \$RXEVM_OUT/rc
+if [ -n '${PGRAC_RXE_PERF:-}' ]; then
+    # Baselines on the same rxe0 in the same VM (docs/performance.md).
+    g=\${RXEVM_GID_INDEX:-1}
+    for s in 64 8192 65536; do
+        n=500; [ \$s = 65536 ] && n=50
+        timeout 120 ibv_rc_pingpong -d rxe0 -g \$g -s \$s -n \$n -p 18600 > \$RXEVM_OUT/ibv_srv_\$s.txt 2>&1 &
+        for try in 1 2 3 4 5 6 7 8 9 10; do
+            sleep 1
+            timeout 120 ibv_rc_pingpong -d rxe0 -g \$g -s \$s -n \$n -p 18600 127.0.0.1 > \$RXEVM_OUT/ibv_cli_\$s.txt 2>&1 && break
+        done
+        wait
+    done
+    vp='${PGRAC_VERBS_PINGPONG:-}'
+    [ -x \"\$vp\" ] && timeout 300 \$vp --addr \$RXEVM_IPADDR --sizes 64,8192,65536 --iters 500 > \$RXEVM_OUT/verbs_pingpong.txt 2>&1
+fi
 mkdir -p \$RXEVM_OUT/log
 cp -r \$w/src/tmp_check/log/. \$RXEVM_OUT/log/ 2>/dev/null || true
 " || true

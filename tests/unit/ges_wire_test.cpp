@@ -56,10 +56,69 @@ GesMessage replay() {
     return m;
 }
 
+WaitForEdge wf(Owner w, Owner h, const ResourceName& r) {
+    WaitForEdge e;
+    e.waiter = w;
+    e.holder = h;
+    e.resource = r;
+    e.master = 5;
+    e.request_id = 0x0102030405060708ULL;
+    e.since = -42;
+    e.order = 77;
+    return e;
+}
+
+GesMessage hint() {
+    GesMessage m;
+    m.type = GesMsgType::WaitHint;
+    m.worker = 3;
+    m.wait_ms = 1500;
+    return m;
+}
+
+GesMessage edges_request() {
+    GesMessage m;
+    m.type = GesMsgType::EdgesRequest;
+    m.round = 0xa1a2a3a4a5a6a7a8ULL;
+    m.wait_ms = 1000;
+    return m;
+}
+
+GesMessage edges() {
+    GesMessage m;
+    m.type = GesMsgType::Edges;
+    m.round = 0xa1a2a3a4a5a6a7a8ULL;
+    m.worker = 1;
+    m.flags = kEdgesLast;
+    m.edges = {wf(Owner{2, 77}, Owner{3, 88}, kText), wf(Owner{3, 88}, Owner{2, 77}, kInt)};
+    return m;
+}
+
+bool has_owner(GesMsgType t) {
+    const auto v = static_cast<uint8_t>(t);
+    return v >= 1 && v <= 8;
+}
+
 std::vector<GesMessage> all_messages() {
     std::vector<GesMessage> v;
-    for (uint8_t t = 1; t <= kMaxGesMsgType; ++t)
-        v.push_back(t == 9 ? replay() : base(static_cast<GesMsgType>(t)));
+    for (uint8_t t = 1; t <= kMaxGesMsgType; ++t) {
+        switch (static_cast<GesMsgType>(t)) {
+            case GesMsgType::Replay:
+                v.push_back(replay());
+                break;
+            case GesMsgType::WaitHint:
+                v.push_back(hint());
+                break;
+            case GesMsgType::EdgesRequest:
+                v.push_back(edges_request());
+                break;
+            case GesMsgType::Edges:
+                v.push_back(edges());
+                break;
+            default:
+                v.push_back(base(static_cast<GesMsgType>(t)));
+        }
+    }
     return v;
 }
 
@@ -162,7 +221,7 @@ TEST(GesWire, HeaderFieldsAreValidated) {
 
 TEST(GesWire, OwnerNodeIsValidated) {
     for (const GesMessage& m : all_messages()) {
-        if (m.type == GesMsgType::Replay) continue;
+        if (!has_owner(m.type)) continue;
         expect_bad(m, 4, 0, GesWireError::BadNode);
         expect_bad(m, 4, 65, GesWireError::BadNode);
         expect_bad(m, 5, 1, GesWireError::BadNode);  // 259
@@ -307,6 +366,138 @@ TEST(GesWire, ReplayIsSplitIntoBoundedMessagesAndTheLastIsMarked) {
     EXPECT_TRUE(m.entries.empty());
 }
 
+TEST(GesWire, DeadlockSearchLayoutIsAsDocumented) {
+    const Bytes h = encode(hint());
+    ASSERT_EQ(h.size(), 4u + 2 + 4);
+    EXPECT_EQ(h[1], 10);
+    EXPECT_EQ(h[4], 3);     // worker
+    EXPECT_EQ(h[6], 0xdc);  // 1500 = 0x5dc
+    EXPECT_EQ(h[7], 0x05);
+    const Bytes q = encode(edges_request());
+    ASSERT_EQ(q.size(), 4u + 8 + 4);
+    EXPECT_EQ(q[1], 11);
+    EXPECT_EQ(q[4], 0xa8);  // round, low byte first
+    EXPECT_EQ(q[11], 0xa1);
+    EXPECT_EQ(q[12], 0xe8);  // 1000 = 0x3e8
+    EXPECT_EQ(q[13], 0x03);
+    const Bytes e = encode(edges());
+    // head 18; entries: waiter 6, holder 6, master 2, id 8, since 8, order 8, resource
+    ASSERT_EQ(e.size(), 18u + (38 + 2 + 9) + (38 + 2 + 8));
+    EXPECT_EQ(e[1], 12);
+    EXPECT_EQ(e[12], 1);  // worker
+    EXPECT_EQ(e[14], kEdgesLast);
+    EXPECT_EQ(e[15], 0);  // reserved
+    EXPECT_EQ(e[16], 2);  // count
+    EXPECT_EQ(e[18], 2);  // waiter node 2
+    EXPECT_EQ(e[20], 77);
+    EXPECT_EQ(e[24], 3);     // holder node 3
+    EXPECT_EQ(e[30], 5);     // master
+    EXPECT_EQ(e[32], 0x08);  // request id
+    EXPECT_EQ(e[40], 0xd6);  // since -42
+    EXPECT_EQ(e[47], 0xff);
+    EXPECT_EQ(e[48], 77);  // order
+    EXPECT_EQ(e[56], 1);   // text resource
+    EXPECT_EQ(e[57], 9);
+}
+
+TEST(GesWire, DeadlockSearchFieldsAreValidated) {
+    expect_bad(hint(), 4, kMaxWireWorkers, GesWireError::BadWorker);
+    expect_bad(hint(), 5, 1, GesWireError::BadWorker);
+    {
+        Bytes b = encode(edges_request());
+        for (size_t i = 4; i < 12; ++i) b[i] = 0;
+        EXPECT_EQ(decode(b), GesWireError::BadRound);
+        b = encode(edges_request());
+        for (size_t i = 12; i < 16; ++i) b[i] = 0;
+        EXPECT_EQ(decode(b), GesWireError::BadRound);
+    }
+    const GesMessage m = edges();
+    {
+        Bytes b = encode(m);
+        for (size_t i = 4; i < 12; ++i) b[i] = 0;
+        EXPECT_EQ(decode(b), GesWireError::BadRound);
+    }
+    expect_bad(m, 12, kMaxWireWorkers, GesWireError::BadWorker);
+    expect_bad(m, 14, 0x04, GesWireError::BadFlags);
+    expect_bad(m, 14, kEdgesLast | kEdgesIncomplete, GesWireError::None);
+    expect_bad(m, 15, 1, GesWireError::BadReserved);
+    expect_bad(m, 16, 1, GesWireError::TrailingBytes);  // fewer counted than sent
+    expect_bad(m, 16, 3, GesWireError::Truncated);      // more counted than sent
+    expect_bad(m, 17, 0x02, GesWireError::Truncated);   // 514: allowed, but not there
+    expect_bad(m, 17, 0x03, GesWireError::BadCount);    // 770 > kMaxEdgeEntries
+    // First entry at 18: waiter 18..23, holder 24..29, master 30..31, id 32..39,
+    // since 40..47, order 48..55, resource 56.
+    expect_bad(m, 18, 0, GesWireError::BadNode);
+    expect_bad(m, 24, 65, GesWireError::BadNode);
+    expect_bad(m, 30, 0, GesWireError::BadNode);
+    expect_bad(m, 24, 2, GesWireError::None);  // holder node 2, proc 88: another owner
+    {
+        Bytes b = encode(m);  // holder := waiter: an owner cannot wait for itself
+        for (size_t i = 0; i < 6; ++i) b[24 + i] = b[18 + i];
+        EXPECT_EQ(decode(b), GesWireError::BadEdge);
+        b = encode(m);
+        for (size_t i = 32; i < 40; ++i) b[i] = 0;
+        EXPECT_EQ(decode(b), GesWireError::BadRequestId);
+    }
+    expect_bad(m, 56, 3, GesWireError::BadResource);
+    expect_bad(m, 58, 0, GesWireError::BadResource);  // NUL in text
+    // Encoding refuses what decoding would.
+    Bytes out;
+    GesMessage bad = m;
+    bad.edges[1].holder = bad.edges[1].waiter;
+    EXPECT_EQ(encode_ges_message(bad, &out), GesWireError::BadEdge);
+    bad = m;
+    bad.edges.assign(kMaxEdgeEntries + 1, m.edges[0]);
+    EXPECT_EQ(encode_ges_message(bad, &out), GesWireError::BadCount);
+    bad = m;
+    bad.round = 0;
+    EXPECT_EQ(encode_ges_message(bad, &out), GesWireError::BadRound);
+    GesMessage q = edges_request();
+    q.wait_ms = 0;
+    EXPECT_EQ(encode_ges_message(q, &out), GesWireError::BadRound);
+    GesMessage h = hint();
+    h.worker = kMaxWireWorkers;
+    EXPECT_EQ(encode_ges_message(h, &out), GesWireError::BadWorker);
+    EXPECT_TRUE(out.empty());
+}
+
+TEST(GesWire, EdgesAreSplitIntoBoundedMessagesAndTheLastIsMarked) {
+    std::vector<WaitForEdge> all;
+    for (int k = 0; k < 1300; ++k) {
+        WaitForEdge e = wf(Owner{1, static_cast<uint32_t>(k + 1)}, Owner{2, 1},
+                           *ResourceName::from_text(std::string(64, 'a' + k % 26)));
+        e.request_id = k + 1;
+        all.push_back(e);
+    }
+    WaitForEdge invalid = all[0];
+    invalid.holder = invalid.waiter;
+    all.push_back(invalid);  // left out
+    for (bool incomplete : {false, true}) {
+        const auto msgs = encode_edges_messages(99, 2, all, incomplete);
+        ASSERT_EQ(msgs.size(), 3u);
+        std::vector<WaitForEdge> back;
+        for (size_t i = 0; i < msgs.size(); ++i) {
+            EXPECT_LE(msgs[i].size(), kMaxGesMessage);
+            GesMessage m;
+            ASSERT_EQ(decode_ges_message(msgs[i].data(), msgs[i].size(), &m), GesWireError::None);
+            EXPECT_EQ(m.round, 99u);
+            EXPECT_EQ(m.worker, 2);
+            EXPECT_EQ((m.flags & kEdgesLast) != 0, i + 1 == msgs.size());
+            EXPECT_EQ((m.flags & kEdgesIncomplete) != 0, incomplete);
+            back.insert(back.end(), m.edges.begin(), m.edges.end());
+        }
+        std::vector<WaitForEdge> expect(all.begin(), all.end() - 1);
+        EXPECT_TRUE(back == expect);
+    }
+    const auto empty = encode_edges_messages(7, 0, {}, false);
+    ASSERT_EQ(empty.size(), 1u);
+    GesMessage m;
+    ASSERT_EQ(decode_ges_message(empty[0].data(), empty[0].size(), &m), GesWireError::None);
+    EXPECT_EQ(m.flags, kEdgesLast);
+    EXPECT_TRUE(m.edges.empty());
+    EXPECT_TRUE(encode_edges_messages(0, 0, all, false).empty());  // round 0 cannot be sent
+}
+
 TEST(GesWire, EventsBecomeTheirMessages) {
     const Owner o{4, 9};
     const Event g = Event::granted(o, kInt, LockMode::EX, 5);
@@ -331,6 +522,10 @@ TEST(GesWire, EventsBecomeTheirMessages) {
 TEST(GesWire, NamesAreStable) {
     EXPECT_STREQ(ges_wire_error_name(GesWireError::BadResource), "bad_resource");
     EXPECT_STREQ(ges_msg_type_name(GesMsgType::ReleaseAll), "release_all");
+    EXPECT_STREQ(ges_msg_type_name(GesMsgType::WaitHint), "wait_hint");
+    EXPECT_STREQ(ges_msg_type_name(GesMsgType::EdgesRequest), "edges_request");
+    EXPECT_STREQ(ges_msg_type_name(GesMsgType::Edges), "edges");
+    EXPECT_STREQ(ges_wire_error_name(GesWireError::BadEdge), "bad_edge");
     EXPECT_STREQ(deny_reason_name(DenyReason::Deadlock), "deadlock");
     EXPECT_STREQ(lock_state_name(LockState::Converting), "converting");
 }
