@@ -127,6 +127,17 @@ void Engine::route_outbound(uint16_t node, uint16_t flags, const uint8_t* payloa
         return;
     }
     Peer* p = peer_by_node(node);
+    if (len > transport_->max_payload()) {
+        // send_path caps bodies at PGRAC_IC_MAX_MESSAGE; a transport that
+        // carries less cannot take this frame at all.
+        release_queued(node, 1, frame_bytes);
+        if (flags & kFlagRpcRequest) fail_rpc(mh.rpc_id, PGRAC_IC_TOO_BIG);
+        report(ErrorType::OversizedMessage, Severity::Warning, node,
+               "message of " + std::to_string(len) + " bytes for node " + std::to_string(node) +
+                   " dropped: the " + transport_->name() + " transport carries at most " +
+                   std::to_string(transport_->max_payload()));
+        return;
+    }
     if (p == nullptr) {
         release_queued(node, 1, frame_bytes);
         if (flags & kFlagRpcRequest) fail_rpc(mh.rpc_id, PGRAC_IC_UNKNOWN_NODE);
