@@ -41,20 +41,19 @@ void register_worker(const char* name, const char* type, const char* function, i
 
 void _PG_init(void) {
     if (!process_shared_preload_libraries_in_progress)
-        ereport(ERROR,
-                (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-                 errmsg("pgrac_ic must be loaded via shared_preload_libraries"),
-                 errhint("Add pgrac_ic to shared_preload_libraries in postgresql.conf and "
-                         "restart the server.")));
+        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                        errmsg("pgrac_ic must be loaded via shared_preload_libraries"),
+                        errhint("Add pgrac_ic to shared_preload_libraries in postgresql.conf and "
+                                "restart the server.")));
 
     pgrac::glue::define_settings();
     pgrac::glue::check_settings_together();
     pgrac::glue::select_tier();
     pgrac::glue::register_builtin_handlers();
     pgrac::glue::install_shmem_hooks();
-    pgrac::glue::install_ges_shmem();         // GES wait slots (src/ges_shmem.cpp)
-    pgrac::glue::register_ges_handlers();     // GES in the LMS (src/lms/ges_service.cpp)
-    pgrac::glue::register_block_handlers();   // Cache Fusion (src/lms/block_service.cpp)
+    pgrac::glue::install_ges_shmem();        // GES wait slots (src/ges_shmem.cpp)
+    pgrac::glue::register_ges_handlers();    // GES in the LMS (src/lms/ges_service.cpp)
+    pgrac::glue::register_block_handlers();  // Cache Fusion (src/lms/block_service.cpp)
 
     register_worker("pgrac_ic listener", "pgrac_ic listener", "pgrac_ic_listener_main", 0);
     for (int i = 0; i < pgrac_lms_workers; i++) {

@@ -13,8 +13,8 @@ namespace pgrac::glue {
 // flags: frame flags (kFlagRpcRequest/Reply, kFlagControlLane).
 // api_flags: PGRAC_IC_NOWAIT. timeout_ms < 0: wait for room without limit.
 // Returns a pgrac_ic_status. May raise a PostgreSQL error on interrupt.
-int enqueue_message(int node, uint16_t flags, const pgrac::ic::MessageHeader& mh,
-                    const void* body, uint32_t len, int api_flags, int timeout_ms);
+int enqueue_message(int node, uint16_t flags, const pgrac::ic::MessageHeader& mh, const void* body,
+                    uint32_t len, int api_flags, int timeout_ms);
 
 // Is `node` a configured node (this one included)?
 bool node_is_known(int node);

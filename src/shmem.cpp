@@ -72,14 +72,17 @@ void install_shmem_hooks() {
     shmem_startup_hook = startup_shmem;
 }
 
-pgrac::ic::IcShared* shared() { return g_shared; }
+pgrac::ic::IcShared* shared() {
+    return g_shared;
+}
 
 const std::vector<pgrac::ic::NodeAddress>& configured_nodes() {
     // Parsed once per process; the check hook already validated the text.
     static const std::vector<pgrac::ic::NodeAddress> nodes = [] {
         std::string err;
         auto parsed = pgrac::ic::parse_node_list(pgrac_nodes ? pgrac_nodes : "", &err);
-        std::vector<pgrac::ic::NodeAddress> v = parsed ? *parsed : std::vector<pgrac::ic::NodeAddress>{};
+        std::vector<pgrac::ic::NodeAddress> v =
+            parsed ? *parsed : std::vector<pgrac::ic::NodeAddress>{};
         if (v.empty()) v.push_back({static_cast<uint16_t>(pgrac_node_id), "127.0.0.1", 0});
         return v;
     }();

@@ -40,18 +40,18 @@ extern "C" {
 
 typedef enum pgrac_ic_status {
     PGRAC_IC_OK = 0,
-    PGRAC_IC_TIMEOUT = 1,        /* no reply within the timeout */
-    PGRAC_IC_UNKNOWN_NODE = 2,   /* node id not in cluster.nodes */
-    PGRAC_IC_UNREACHABLE = 3,    /* peer DOWN, or the tier has no network */
-    PGRAC_IC_QUEUE_FULL = 4,     /* send queue to that peer is full */
-    PGRAC_IC_TOO_BIG = 5,        /* message larger than PGRAC_IC_MAX_MESSAGE */
-    PGRAC_IC_PEER_RESET = 6,     /* peer restarted (new incarnation) while in flight */
-    PGRAC_IC_NO_HANDLER = 7,     /* no handler for that message type on the peer */
-    PGRAC_IC_HANDLER_ERROR = 8,  /* the peer's handler raised an error */
-    PGRAC_IC_REPLY_TOO_BIG = 9,  /* reply larger than the caller's buffer */
-    PGRAC_IC_NOT_RUNNING = 10,   /* the interconnect listener is not running */
-    PGRAC_IC_BAD_ARGUMENT = 11,  /* invalid message type, flags or buffer */
-    PGRAC_IC_BACKOFF = 12,       /* the peer asked requesters to hold off */
+    PGRAC_IC_TIMEOUT = 1,       /* no reply within the timeout */
+    PGRAC_IC_UNKNOWN_NODE = 2,  /* node id not in cluster.nodes */
+    PGRAC_IC_UNREACHABLE = 3,   /* peer DOWN, or the tier has no network */
+    PGRAC_IC_QUEUE_FULL = 4,    /* send queue to that peer is full */
+    PGRAC_IC_TOO_BIG = 5,       /* message larger than PGRAC_IC_MAX_MESSAGE */
+    PGRAC_IC_PEER_RESET = 6,    /* peer restarted (new incarnation) while in flight */
+    PGRAC_IC_NO_HANDLER = 7,    /* no handler for that message type on the peer */
+    PGRAC_IC_HANDLER_ERROR = 8, /* the peer's handler raised an error */
+    PGRAC_IC_REPLY_TOO_BIG = 9, /* reply larger than the caller's buffer */
+    PGRAC_IC_NOT_RUNNING = 10,  /* the interconnect listener is not running */
+    PGRAC_IC_BAD_ARGUMENT = 11, /* invalid message type, flags or buffer */
+    PGRAC_IC_BACKOFF = 12,      /* the peer asked requesters to hold off */
     PGRAC_IC_STATUS_COUNT = 13
 } pgrac_ic_status;
 
@@ -60,13 +60,13 @@ typedef struct pgrac_ic_message {
     uint16_t msg_type;
     int32_t src_node;
     uint32_t route_key;
-    const void *body;
+    const void* body;
     uint32_t len;
 } pgrac_ic_message;
 
 /* Where a handler writes its reply to an RPC. */
 typedef struct pgrac_ic_reply {
-    void *body;        /* buffer of `capacity` bytes */
+    void* body;        /* buffer of `capacity` bytes */
     uint32_t capacity; /* PGRAC_IC_MAX_MESSAGE */
     uint32_t len;      /* bytes written by the handler */
 } pgrac_ic_reply;
@@ -77,10 +77,10 @@ typedef struct pgrac_ic_reply {
  * message `reply` is NULL. It may raise a PostgreSQL ERROR: the caller then
  * receives PGRAC_IC_HANDLER_ERROR with the error's message.
  */
-typedef int (*pgrac_ic_handler_fn)(const pgrac_ic_message *msg, pgrac_ic_reply *reply);
+typedef int (*pgrac_ic_handler_fn)(const pgrac_ic_message* msg, pgrac_ic_reply* reply);
 
 /* Register a handler for msg_type (>= PGRAC_IC_FIRST_USER_TYPE); call from _PG_init. */
-extern int pgrac_ic_register_handler(uint16_t msg_type, const char *name, pgrac_ic_handler_fn fn);
+extern int pgrac_ic_register_handler(uint16_t msg_type, const char* name, pgrac_ic_handler_fn fn);
 
 /* This instance's node id (cluster.node_id). */
 extern int pgrac_ic_my_node_id(void);
@@ -90,24 +90,24 @@ extern int pgrac_ic_my_node_id(void);
  * on the receiver: messages with one route_key are handled in order by one
  * worker. Blocks up to timeout_ms on a full queue unless PGRAC_IC_NOWAIT.
  */
-extern int pgrac_ic_send(int node, uint16_t msg_type, uint32_t route_key, const void *body,
+extern int pgrac_ic_send(int node, uint16_t msg_type, uint32_t route_key, const void* body,
                          uint32_t len, int flags, int timeout_ms);
 
 /* The same message to every other configured node; returns the first failure. */
-extern int pgrac_ic_broadcast(uint16_t msg_type, uint32_t route_key, const void *body,
-                              uint32_t len, int flags, int timeout_ms);
+extern int pgrac_ic_broadcast(uint16_t msg_type, uint32_t route_key, const void* body, uint32_t len,
+                              int flags, int timeout_ms);
 
 /*
  * Request/reply. The reply body is copied into reply_buf (reply_cap bytes);
  * *reply_len gets its length. On PGRAC_IC_HANDLER_ERROR the reply buffer holds
  * the remote error message as a NUL-terminated string.
  */
-extern int pgrac_ic_rpc(int node, uint16_t msg_type, uint32_t route_key, const void *body,
-                        uint32_t len, void *reply_buf, uint32_t reply_cap, uint32_t *reply_len,
+extern int pgrac_ic_rpc(int node, uint16_t msg_type, uint32_t route_key, const void* body,
+                        uint32_t len, void* reply_buf, uint32_t reply_cap, uint32_t* reply_len,
                         int flags, int timeout_ms);
 
 /* A short constant text for a status code, e.g. "peer unreachable". */
-extern const char *pgrac_ic_strerror(int status);
+extern const char* pgrac_ic_strerror(int status);
 
 #ifdef __cplusplus
 }

@@ -42,6 +42,8 @@ inline bool compare_exchange(T* p, T* expected, T desired) {
 // Test-and-set spinlock in shared memory (a uint32_t, 0 = free).
 // Held only for a few instructions; never across a system call or a copy.
 void spin_lock(uint32_t* lock);
-inline void spin_unlock(uint32_t* lock) { __atomic_store_n(lock, 0u, __ATOMIC_RELEASE); }
+inline void spin_unlock(uint32_t* lock) {
+    __atomic_store_n(lock, 0u, __ATOMIC_RELEASE);
+}
 
 }  // namespace pgrac::ic

@@ -36,9 +36,9 @@ enum class FrameType : uint8_t {
 inline constexpr uint8_t kMaxFrameType = 9;
 
 enum FrameFlag : uint16_t {
-    kFlagRpcRequest = 0x0001,  // Message that expects a reply
-    kFlagRpcReply = 0x0002,    // Message that is a reply (rpc_id names the request)
-    kFlagControlLane = 0x0004, // sent on the control lane
+    kFlagRpcRequest = 0x0001,   // Message that expects a reply
+    kFlagRpcReply = 0x0002,     // Message that is a reply (rpc_id names the request)
+    kFlagControlLane = 0x0004,  // sent on the control lane
 };
 inline constexpr uint16_t kKnownFrameFlags = 0x0007;
 
@@ -55,14 +55,14 @@ struct FrameHeader {
 
 enum class FrameError : uint8_t {
     None = 0,
-    Truncated,        // fewer bytes than the header or the payload needs
+    Truncated,  // fewer bytes than the header or the payload needs
     BadMagic,
     BadVersion,
     BadType,
     BadFlags,         // unknown flag bits, or flags not valid for the type
     PayloadTooLarge,  // payload_len above the connection's limit
     BadChecksum,
-    BadPayload,       // payload does not parse for its type
+    BadPayload,  // payload does not parse for its type
 };
 inline constexpr int kFrameErrorCount = 9;
 
@@ -86,16 +86,16 @@ inline constexpr size_t kMessageHeaderSize = 24;
 struct MessageHeader {
     uint16_t msg_type = 0;
     uint32_t route_key = 0;
-    uint64_t rpc_id = 0;   // requester's reply slot and generation; echoed in the reply
-    uint32_t epoch = 0;    // sender's membership epoch
-    uint16_t status = 0;   // replies: pgrac_ic_status
+    uint64_t rpc_id = 0;  // requester's reply slot and generation; echoed in the reply
+    uint32_t epoch = 0;   // sender's membership epoch
+    uint16_t status = 0;  // replies: pgrac_ic_status
 };
 void encode_message_header(const MessageHeader& m, uint8_t out[kMessageHeaderSize]);
 FrameError decode_message_header(const uint8_t* in, size_t len, MessageHeader* out);
 
 // Reassembles frames from a byte stream (TCP). Feed bytes, then take frames.
 class FrameStreamDecoder {
-public:
+  public:
     explicit FrameStreamDecoder(uint32_t max_payload = kMaxFramePayload);
     ~FrameStreamDecoder();
     FrameStreamDecoder(const FrameStreamDecoder&) = delete;
@@ -114,7 +114,7 @@ public:
     FrameError error() const { return error_; }
     size_t buffered() const { return end_ - start_; }
 
-private:
+  private:
     uint32_t max_payload_;
     uint8_t* buf_ = nullptr;
     size_t cap_ = 0, start_ = 0, end_ = 0;

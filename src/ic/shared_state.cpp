@@ -9,28 +9,40 @@ namespace pgrac::ic {
 
 namespace {
 
-size_t align_up(size_t n) { return (n + 63) & ~size_t{63}; }
+size_t align_up(size_t n) {
+    return (n + 63) & ~size_t{63};
+}
 
 }  // namespace
 
 const char* peer_state_name(PeerState s) {
     switch (s) {
-        case PeerState::Down: return "DOWN";
-        case PeerState::Connecting: return "CONNECTING";
-        case PeerState::Up: return "UP";
-        case PeerState::Disconnecting: return "DISCONNECTING";
-        case PeerState::Error: return "ERROR";
+        case PeerState::Down:
+            return "DOWN";
+        case PeerState::Connecting:
+            return "CONNECTING";
+        case PeerState::Up:
+            return "UP";
+        case PeerState::Disconnecting:
+            return "DISCONNECTING";
+        case PeerState::Error:
+            return "ERROR";
     }
     return "UNKNOWN";
 }
 
 const char* tier_name(Tier t) {
     switch (t) {
-        case Tier::Auto: return "auto";
-        case Tier::Stub: return "stub";
-        case Tier::Tier1: return "tier1";
-        case Tier::Tier2: return "tier2";
-        case Tier::Tier3: return "tier3";
+        case Tier::Auto:
+            return "auto";
+        case Tier::Stub:
+            return "stub";
+        case Tier::Tier1:
+            return "tier1";
+        case Tier::Tier2:
+            return "tier2";
+        case Tier::Tier3:
+            return "tier3";
     }
     return "unknown";
 }

@@ -126,8 +126,7 @@ struct IcShared {
 // Shared memory holds plain data only: no pointers, no std:: types, nothing
 // with a constructor that must run per process.
 template <typename T>
-inline constexpr bool kShareable =
-    std::is_trivially_copyable_v<T> && std::is_standard_layout_v<T>;
+inline constexpr bool kShareable = std::is_trivially_copyable_v<T>&& std::is_standard_layout_v<T>;
 static_assert(kShareable<PeerShared> && kShareable<ReplySlot> && kShareable<RdmaStatusShared> &&
               kShareable<IcShared>);
 

@@ -20,7 +20,7 @@ namespace pgrac::ic {
 struct ShmRingHeader;  // lives at the start of the region
 
 class ShmRing {
-public:
+  public:
     enum class Push { Ok, Full, TooBig };
 
     // Bytes of shared memory for a ring whose data area holds `capacity` bytes
@@ -56,7 +56,7 @@ public:
     uint64_t popped() const;
     uint64_t full_count() const;  // pushes refused with Full
 
-private:
+  private:
     explicit ShmRing(ShmRingHeader* h) : h_(h) {}
     ShmRingHeader* h_ = nullptr;
 };

@@ -28,7 +28,8 @@ int ping_handler(const pgrac_ic_message* msg, pgrac_ic_reply* reply) {
 // Built-in NOTE: one-way; counts what reached this worker from each node.
 int note_handler(const pgrac_ic_message* msg, pgrac_ic_reply*) {
     pgrac::ic::IcShared* shm = shared();
-    if (pgrac::ic::PeerShared* p = pgrac::ic::peer_shared(shm, static_cast<uint32_t>(msg->src_node)))
+    if (pgrac::ic::PeerShared* p =
+            pgrac::ic::peer_shared(shm, static_cast<uint32_t>(msg->src_node)))
         pgrac::ic::count(&p->notes_recv);
     return PGRAC_IC_OK;
 }

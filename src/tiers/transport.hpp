@@ -21,13 +21,13 @@ using ConnId = uint64_t;  // never reused within one transport's lifetime
 struct TransportCounters {
     uint64_t frames_sent = 0, frames_recv = 0;
     uint64_t bytes_sent = 0, bytes_recv = 0;
-    uint64_t send_calls = 0;      // syscalls or work requests posted
-    uint64_t cq_overflows = 0;    // verbs only
-    uint64_t qp_errors = 0;       // verbs only
+    uint64_t send_calls = 0;    // syscalls or work requests posted
+    uint64_t cq_overflows = 0;  // verbs only
+    uint64_t qp_errors = 0;     // verbs only
     // verbs only, added with the verbs tier
     uint64_t mr_cache_hits = 0, mr_cache_misses = 0;  // mr_cache_hit_rate = hits / (hits + misses)
-    uint64_t verbs_sends = 0;       // send work requests completed successfully
-    uint64_t verbs_recvs = 0;       // receive completions delivered as frames
+    uint64_t verbs_sends = 0;                         // send work requests completed successfully
+    uint64_t verbs_recvs = 0;                         // receive completions delivered as frames
     uint64_t send_queue_waits = 0;  // frames queued in user space: send queue or slots full
     uint64_t srq_low_events = 0;    // IBV_EVENT_SRQ_LIMIT_REACHED: receives ran low
     uint64_t cq_rebuilds = 0;       // CQ+SRQ recreated after an overflow or error
@@ -35,7 +35,7 @@ struct TransportCounters {
 };
 
 class TransportHandler {
-public:
+  public:
     virtual ~TransportHandler() = default;
     // An outbound connect() finished (ok) or failed (error names why).
     virtual void on_connected(ConnId conn, bool ok, const std::string& error) = 0;
@@ -48,7 +48,7 @@ public:
 };
 
 class Transport {
-public:
+  public:
     virtual ~Transport() = default;
 
     virtual const char* name() const = 0;  // "stub", "tcp", "verbs"

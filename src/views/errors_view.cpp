@@ -31,7 +31,10 @@ Datum pgrac_ic_errors(PG_FUNCTION_ARGS) {
         Datum v[5];
         bool n[5] = {false, false, false, false, false};
         v[0] = pgrac::glue::unix_us_to_timestamptz(e.time_us);
-        if (e.peer_node > 0) v[1] = Int32GetDatum(e.peer_node); else n[1] = true;
+        if (e.peer_node > 0)
+            v[1] = Int32GetDatum(e.peer_node);
+        else
+            n[1] = true;
         v[2] = CStringGetTextDatum(error_type_name(static_cast<ErrorType>(e.type)));
         v[3] = CStringGetTextDatum(severity_name(static_cast<Severity>(e.severity)));
         v[4] = CStringGetTextDatum(e.description);

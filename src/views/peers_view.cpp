@@ -36,27 +36,40 @@ Datum pgrac_ic_peers(PG_FUNCTION_ARGS) {
         v[i++] = Int32GetDatum(static_cast<int32>(p.node_id));
         v[i++] = CStringGetTextDatum(p.address);
         v[i++] = BoolGetDatum(self);
-        v[i++] = CStringGetTextDatum(peer_state_name(static_cast<PeerState>(load_relaxed(&p.state))));
+        v[i++] =
+            CStringGetTextDatum(peer_state_name(static_cast<PeerState>(load_relaxed(&p.state))));
         v[i++] = pgrac::glue::unix_us_to_timestamptz(load_relaxed(&p.state_since_us));
         v[i++] = CStringGetTextDatum(tier);
         v[i++] = Int32GetDatum(static_cast<int32>(self ? 0 : load_relaxed(&p.lanes_up)));
         v[i++] = Int32GetDatum(static_cast<int32>(self ? 0 : p.lanes_total));
         const uint64_t inc = load_relaxed(&p.incarnation);
-        if (inc != 0) v[i] = Int64GetDatum(static_cast<int64>(inc)); else n[i] = true;
+        if (inc != 0)
+            v[i] = Int64GetDatum(static_cast<int64>(inc));
+        else
+            n[i] = true;
         i++;
-        v[i++] = Int64GetDatum(static_cast<int64>(self ? load_relaxed(&shm->epoch)
-                                                       : load_relaxed(&p.epoch_seen)));
+        v[i++] = Int64GetDatum(
+            static_cast<int64>(self ? load_relaxed(&shm->epoch) : load_relaxed(&p.epoch_seen)));
         const uint64_t rtt = load_relaxed(&p.rtt_ns);
-        if (!self && rtt != 0) v[i] = pgrac::glue::ns_to_us_datum(rtt); else n[i] = true;
+        if (!self && rtt != 0)
+            v[i] = pgrac::glue::ns_to_us_datum(rtt);
+        else
+            n[i] = true;
         i++;
         v[i++] = counter_datum(load_relaxed(&p.queued_msgs));
         v[i++] = counter_datum(load_relaxed(&p.queued_bytes));
         v[i++] = counter_datum(load_relaxed(&p.unacked_msgs));
         const int64_t heard = load_relaxed(&p.last_heard_us);
-        if (!self && heard != 0) v[i] = pgrac::glue::unix_us_to_timestamptz(heard); else n[i] = true;
+        if (!self && heard != 0)
+            v[i] = pgrac::glue::unix_us_to_timestamptz(heard);
+        else
+            n[i] = true;
         i++;
         v[i++] = counter_datum(load_relaxed(&p.notes_recv));
-        if (p.last_error[0] != '\0') v[i] = CStringGetTextDatum(p.last_error); else n[i] = true;
+        if (p.last_error[0] != '\0')
+            v[i] = CStringGetTextDatum(p.last_error);
+        else
+            n[i] = true;
         i++;
         Assert(i == kColumns);
         tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, v, n);

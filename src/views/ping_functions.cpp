@@ -39,7 +39,8 @@ Datum pgrac_ic_ping(PG_FUNCTION_ARGS) {
     if (reply_len != sizeof body || std::memcmp(reply, body, sizeof body) != 0)
         ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
                         errmsg("pgrac_ic ping to node %d returned %u bytes that differ from the "
-                               "8 bytes sent", node, reply_len)));
+                               "8 bytes sent",
+                               node, reply_len)));
     PG_RETURN_FLOAT8(static_cast<double>(t1 - t0) / 1000.0);
 }
 
