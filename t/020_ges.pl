@@ -182,6 +182,68 @@ cmp_ok(scalar(@iv), '>', 30, 'the clients went through the critical section ' . 
 is($overlaps, 0, 'no two critical sections overlapped');
 is(scalar(keys %clients), 6, 'every client of every instance made progress');
 
+# ---- an LMS restart keeps the locks of its shard: node 2 holds a lock
+# ---- mastered on node 1's LMS k; that LMS is cancelled (ignored) and then
+# ---- terminated; the restarted worker rebuilds its table from the others
+my $kr = resource_where($n1, 'lr', 'master_node = 1');
+my $kw = $n1->safe_psql('postgres', "SELECT lms_worker FROM pgrac_ges_resource('$kr')");
+is($h2->query_safe("SELECT pgrac_ges_lock('$kr')"), 't', "node 2 holds $kr (mastered on node 1, LMS $kw)");
+my $lms_pid = $c->worker_pid(1, "pgrac_ic lms $kw");
+$n1->safe_psql('postgres', "SELECT pg_cancel_backend($lms_pid)");
+is($n3->safe_psql('postgres', "SELECT pgrac_ges_lock('$kr', 'EX', 0)"),
+	'f', 'after a pg_cancel_backend of the LMS a NOWAIT EX from node 3 is refused');
+is($c->worker_pid(1, "pgrac_ic lms $kw"), $lms_pid, '... and the LMS did not exit (SIGINT ignored)');
+$n1->safe_psql('postgres', "SELECT pg_terminate_backend($lms_pid)");
+ok( $n1->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'pgrac_ic lms $kw' AND pid <> $lms_pid"),
+	"node 1's LMS $kw is back after pg_terminate_backend");
+is($n3->safe_psql('postgres', "SELECT pgrac_ges_lock('$kr', 'EX', 0)"),
+	'f', "node 2's lock on $kr survived the LMS restart (NOWAIT EX from node 3 refused)");
+is( $n1->safe_psql('postgres',
+		"SELECT node_id || ':' || pid || ':' || mode || ':' || state FROM pg_cluster_ges_locks
+		  WHERE resource = '$kr' AND master_node = 1"),
+	"2:$h2pid:EX:granted", 'the restarted master lists the replayed grant');
+ok($n1->log_contains(qr/LMS $kw\): restarted; rebuilding the shard/), 'the restart is logged');
+is($h2->query_safe("SELECT pgrac_ges_unlock('$kr')"), 't', 'node 2 unlocks');
+is($n3->safe_psql('postgres', "SELECT pgrac_ges_lock('$kr', 'EX', 0) AND pgrac_ges_unlock('$kr')"),
+	't', 'then node 3 gets it');
+
+# ---- a backend that ends while holding global locks: they are released
+# ---- cluster-wide (exit hook, or the LMS reaper of dead owners)
+my $kd = resource_where($n1, 'ld', 'master_node = 1');
+my $hd = bg($n2);
+my $hdpid = $hd->query_safe('SELECT pg_backend_pid()');
+is($hd->query_safe("SELECT pgrac_ges_lock('$kd'), pgrac_ges_lock('${kd}x', 'PR')"),
+	't|t', "a node 2 backend holds $kd and ${kd}x");
+$n2->safe_psql('postgres', "SELECT pg_terminate_backend($hdpid)");
+eval { $hd->quit };
+ok( $n3->poll_query_until('postgres',
+		"SELECT count(*) = 0 FROM pg_cluster_ges_locks WHERE node_id = 2 AND pid = $hdpid"),
+	'the terminated backend holds nothing anywhere');
+is($n3->safe_psql('postgres', "SELECT pgrac_ges_lock('$kd', 'EX', 0) AND pgrac_ges_unlock('$kd')"),
+	't', "node 3 gets $kd after the holder was terminated");
+
+# ---- the same when the exit hook's ReleaseAll cannot be sent (node 2's
+# ---- listener is being restarted): the LMS reaper releases the locks
+my $ke = resource_where($n1, 'le', 'master_node = 1');
+my $he = bg($n2);
+my $hepid = $he->query_safe('SELECT pg_backend_pid()');
+is($he->query_safe("SELECT pgrac_ges_lock('$ke')"), 't', "a node 2 backend holds $ke (mastered on node 1)");
+my $lpid = $c->worker_pid(2, 'pgrac_ic listener');
+$n2->safe_psql('postgres', "SELECT pg_terminate_backend($lpid)");
+ok( $n2->poll_query_until('postgres', "SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = $lpid"),
+	"node 2's listener is gone");
+$n2->safe_psql('postgres', "SELECT pg_terminate_backend($hepid)");
+eval { $he->quit };
+ok( $n2->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'pgrac_ic listener'"),
+	"node 2's listener is back");
+ok($c->wait_up($_), "node $_ sees all nodes UP again") for 1 .. 3;
+ok( $n3->poll_query_until('postgres', "SELECT pgrac_ges_lock('$ke', 'EX', 0) AND pgrac_ges_unlock('$ke')"),
+	"node 3 gets $ke: the lock of the backend that died while the listener restarted is released");
+ok( $n2->log_contains(qr/backend $hepid is gone but still had global locks; releasing 1/),
+	'node 2 LMS reaped the dead owner');
+
 # ---- a dead instance's locks are released; waiters elsewhere get them,
 # ---- also for resources that were mastered on the dead instance
 my $k_here = resource_where($n1, 'k', 'master_node = 1');

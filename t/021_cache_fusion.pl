@@ -101,6 +101,36 @@ $n2->safe_psql('postgres', 'CREATE ROLE cf_nobody LOGIN');
 	"SET ROLE cf_nobody; SELECT pgrac_fetch_block(1, 'pgbench_accounts', 0)");
 like($err, qr/permission denied for function pgrac_fetch_block/, 'PUBLIC may not fetch blocks');
 
+# A role allowed to call the functions still needs SELECT on the relation, may
+# not bypass row-level security, and may not name blocks by BufferTag.
+$n2->safe_psql('postgres', q{
+	CREATE ROLE cf_exec LOGIN;
+	GRANT EXECUTE ON FUNCTION pgrac_fetch_block, pgrac_fetch_blocks, pgrac_fetch_block_tag TO cf_exec;
+	CREATE TABLE cf_rls AS SELECT g FROM generate_series(1, 10) g;
+	ALTER TABLE cf_rls ENABLE ROW LEVEL SECURITY;
+	CREATE POLICY cf_none ON cf_rls USING (false);
+	GRANT SELECT ON cf_rls TO cf_exec;
+});
+($rc, $out, $err) = $n2->psql('postgres',
+	"SET ROLE cf_exec; SELECT pgrac_fetch_block(1, 'pgbench_accounts', 0)");
+like($err, qr/permission denied for table pgbench_accounts/,
+	'EXECUTE without SELECT: permission denied for the table');
+($rc, $out, $err) = $n2->psql('postgres',
+	"SET ROLE cf_exec; SELECT count(*) FROM pgrac_fetch_blocks(1, 'pgbench_accounts', 0, 3)");
+like($err, qr/permission denied for table pgbench_accounts/, '... also for a batch');
+($rc, $out, $err) = $n2->psql('postgres',
+	"SET ROLE cf_exec; SELECT pgrac_fetch_block(1, 'cf_rls', 0)");
+like($err, qr/cannot fetch blocks of relation "cf_rls": row-level security/,
+	'a relation with row-level security for the caller is refused');
+($rc, $out, $err) = $n2->psql('postgres',
+	"SET ROLE cf_exec; SELECT pgrac_fetch_block_tag(1, 1663, 5, 16397, 'main', 0)");
+like($err, qr/permission denied to fetch blocks by BufferTag/,
+	'fetch by BufferTag needs superuser or pg_read_all_data');
+$n2->safe_psql('postgres', 'GRANT SELECT ON pgbench_accounts TO cf_exec');
+is( $n2->safe_psql('postgres',
+		"SET ROLE cf_exec; SELECT length(pgrac_fetch_block(1, 'pgbench_accounts', 0))"),
+	'8192', 'with SELECT granted the role fetches the block');
+
 # A dead peer: a clear error, bounded in time.
 $n3->stop('immediate');
 ok($c->wait_peer_state(2, 3, 'DOWN'), 'node 2 sees node 3 DOWN');

@@ -40,11 +40,15 @@ __attribute__((noinline)) void write_header(uint8_t* out, uint32_t nblocks, uint
 }
 
 // Pins, share-locks, copies and releases each block in turn.
+// A batch reads through a ring of buffers (BAS_BULKREAD, as a sequential
+// scan does), so that remote batch readers cannot flush the buffer pool.
 __attribute__((noinline)) void copy_blocks(RelFileNode rnode, ForkNumber forknum, BlockNumber first,
                                            uint32_t n, uint8_t* p) {
+    // palloc'd in the LMS message context, which is reset after every message.
+    BufferAccessStrategy strategy = n > 1 ? GetAccessStrategy(BAS_BULKREAD) : nullptr;
     for (uint32_t i = 0; i < n; i++) {
         const Buffer buf =
-            ReadBufferWithoutRelcache(rnode, forknum, first + i, RBM_NORMAL, nullptr, true);
+            ReadBufferWithoutRelcache(rnode, forknum, first + i, RBM_NORMAL, strategy, true);
         LockBuffer(buf, BUFFER_LOCK_SHARE);
         const Page page = BufferGetPage(buf);
         put_u32(p, first + i);

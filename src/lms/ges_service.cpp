@@ -315,8 +315,9 @@ class Worker {
         replaying_ = false;
         if (recovering_) {
             recovering_ = false;
-            g_logs.push_back("GES (LMS " + std::to_string(index_) + "): shard rebuilt after the "
-                             "restart (" + std::to_string(table_.lock_count()) + " locks)");
+            g_logs.push_back("GES (LMS " + std::to_string(index_) +
+                             "): shard rebuilt after the restart (" +
+                             std::to_string(table_.lock_count()) + " locks)");
         }
         dispatch(table_.end_replay(now), now);
     }

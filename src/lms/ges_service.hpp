@@ -26,7 +26,7 @@ inline constexpr uint16_t kMsgGesDeadlock = 304;  // deadlock search (docs/ges.m
 // worker's node, which rebuild that worker's client registry).
 inline constexpr uint16_t kMsgGesRecover = 305;
 inline constexpr uint16_t kMsgGesRestore = 306;
-inline constexpr uint16_t kMsgBlockFetch = 310;   // RPC: Cache Fusion block batch
+inline constexpr uint16_t kMsgBlockFetch = 310;  // RPC: Cache Fusion block batch
 
 // Registers the GES handlers (from _PG_init).
 void register_ges_handlers();

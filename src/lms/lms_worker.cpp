@@ -4,15 +4,20 @@
 extern "C" {
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
+#include "storage/bufmgr.h"
+#include "storage/condition_variable.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/lwlock.h"
 #include "storage/proc.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
+#include "utils/resowner.h"
 #include "utils/wait_event.h"
 
 PGDLLEXPORT void pgrac_ic_lms_main(Datum arg);
@@ -41,6 +46,22 @@ AdaptiveSpin g_spin;
 uint64_t g_last_request_ns = 0;
 uint8_t* g_reply_body = nullptr;  // PGRAC_IC_MAX_MESSAGE bytes
 
+// After a handler raised: what the checkpointer and bgwriter do after an
+// error, since the LMS runs no transaction whose abort would do it (handlers
+// may take LWLocks, pin buffers, sleep on condition variables, or even start
+// a transaction). Resources the handler registered with CurrentResourceOwner
+// (the worker's AuxProcessResourceOwner) are released.
+void recover_from_handler_error() {
+    LWLockReleaseAll();
+    ConditionVariableCancelSleep();
+    pgstat_report_wait_end();
+    AbortBufferIO();
+    UnlockBuffers();
+    if (IsTransactionState()) AbortCurrentTransaction();
+    ReleaseAuxProcessResources(false);
+    CurrentResourceOwner = AuxProcessResourceOwner;
+}
+
 // Runs the handler; a PostgreSQL error becomes HANDLER_ERROR with its message
 // as the reply body.
 int run_handler(const pgrac::glue::HandlerEntry* h, const pgrac_ic_message* msg,
@@ -51,9 +72,12 @@ int run_handler(const pgrac::glue::HandlerEntry* h, const pgrac_ic_message* msg,
     { status = h->fn(msg, reply); }
     PG_CATCH();
     {
+        HOLD_INTERRUPTS();
+        recover_from_handler_error();
         MemoryContextSwitchTo(g_msg_context);
         ErrorData* ed = CopyErrorData();
         FlushErrorState();
+        RESUME_INTERRUPTS();
         status = PGRAC_IC_HANDLER_ERROR;
         if (reply != nullptr) {
             int n = snprintf(static_cast<char*>(reply->body), reply->capacity, "%s",
@@ -124,6 +148,14 @@ void pgrac_ic_lms_main(Datum arg) {
     pqsignal(SIGHUP, SignalHandlerForConfigReload);
     BackgroundWorkerUnblockSignals();
     BackgroundWorkerInitializeConnection(nullptr, nullptr, 0);
+    // The bgworker start-up installs StatementCancelHandler for SIGINT (a
+    // database connection): a pg_cancel_backend() would then turn the next
+    // CHECK_FOR_INTERRUPTS outside a handler into an ERROR, and the worker
+    // would exit. A query cancel means nothing to an LMS.
+    pqsignal(SIGINT, SIG_IGN);
+    // Handlers (and the block service) get a resource owner to register pins
+    // and locks with; recover_from_handler_error() releases them.
+    CreateAuxProcessResourceOwner();
 
     IcShared* shm = pgrac::glue::shared();
     g_msg_context =
@@ -132,6 +164,9 @@ void pgrac_ic_lms_main(Datum arg) {
         static_cast<uint8_t*>(MemoryContextAlloc(TopMemoryContext, PGRAC_IC_MAX_MESSAGE));
     store_release(&shm->lms_procno[index], static_cast<int32_t>(MyProc->pgprocno));
     ShmRing inbox = inbox_ring(shm, static_cast<uint32_t>(index));
+    // GES: a restart rebuilds this worker's shard before it is served
+    // (replay from the other nodes; requests queue meanwhile).
+    pgrac::glue::lms_start(index);
 
     while (!ShutdownRequestPending) {
         ResetLatch(MyLatch);

@@ -5,15 +5,18 @@ extern "C" {
 #include "postgres.h"
 
 #include "access/relation.h"
+#include "catalog/pg_authid.h"
 #include "catalog/pg_class.h"
 #include "common/relpath.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "storage/block.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/pg_lsn.h"
 #include "utils/rel.h"
+#include "utils/rls.h"
 #include "utils/tuplestore.h"
 
 PG_FUNCTION_INFO_V1(pgrac_fetch_block);
@@ -34,9 +37,26 @@ using namespace pgrac::glue;
 
 namespace {
 
+// A page image is every row of the block, whatever the column privileges or
+// row-level security policies say: reading one needs SELECT on the relation,
+// and is refused where row-level security applies to the caller.
+void check_may_read_pages(Relation rel) {
+    const Oid relid = RelationGetRelid(rel);
+    const AclResult acl = pg_class_aclcheck(relid, GetUserId(), ACL_SELECT);
+    if (acl != ACLCHECK_OK)
+        aclcheck_error(acl, get_relkind_objtype(rel->rd_rel->relkind),
+                       RelationGetRelationName(rel));
+    if (check_enable_rls(relid, InvalidOid, true) == RLS_ENABLED)
+        ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+                        errmsg("cannot fetch blocks of relation \"%s\": row-level security "
+                               "applies to the current user",
+                               RelationGetRelationName(rel))));
+}
+
 BlockRequest relation_request(Oid relid, text* fork, int64 first) {
     BlockRequest rq;
     Relation rel = relation_open(relid, AccessShareLock);
+    check_may_read_pages(rel);
     if (!RELKIND_HAS_STORAGE(rel->rd_rel->relkind))
         ereport(ERROR, (errcode(ERRCODE_WRONG_OBJECT_TYPE),
                         errmsg("\"%s\" has no storage", RelationGetRelationName(rel))));
@@ -47,7 +67,10 @@ BlockRequest relation_request(Oid relid, text* fork, int64 first) {
     rq.spc = rel->rd_node.spcNode;
     rq.db = rel->rd_node.dbNode;
     rq.rel = rel->rd_node.relNode;
-    relation_close(rel, AccessShareLock);
+    // Keep the lock to the end of the transaction: the relation is not dropped
+    // or rewritten here meanwhile (the serving instance is another matter,
+    // docs/cache_fusion.md).
+    relation_close(rel, NoLock);
     rq.fork = static_cast<uint8_t>(forkname_to_number(text_to_cstring(fork)));
     if (first < 0 || first > static_cast<int64>(MaxBlockNumber))
         ereport(ERROR,
@@ -102,6 +125,13 @@ Datum pgrac_fetch_block(PG_FUNCTION_ARGS) {
 // pgrac_fetch_block_tag(node, spcoid, dboid, relnumber, fork text, blkno) -> bytea
 Datum pgrac_fetch_block_tag(PG_FUNCTION_ARGS) {
     const int node = PG_GETARG_INT32(0);
+    // No relation to check privileges on: a BufferTag names any relation of
+    // any database.
+    if (!superuser() && !has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_DATA))
+        ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+                        errmsg("permission denied to fetch blocks by BufferTag"),
+                        errdetail("Only superusers and roles with privileges of "
+                                  "pg_read_all_data may fetch any relation's blocks.")));
     BlockRequest rq;
     rq.spc = PG_GETARG_OID(1);
     rq.db = PG_GETARG_OID(2);

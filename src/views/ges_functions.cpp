@@ -188,8 +188,8 @@ GesWaitSlot* prepare() {
         store_release(&slot->session, session);
         store_release(&slot->word, uint64_t{0});
         store_release(&slot->pid, static_cast<int32_t>(MyProcPid));
-        g_id_high = pgrac::glue::ges_request_id_base(static_cast<uint32_t>(MyProc->pgprocno),
-                                                     session);
+        g_id_high =
+            pgrac::glue::ges_request_id_base(static_cast<uint32_t>(MyProc->pgprocno), session);
     }
     return slot;
 }
@@ -322,10 +322,9 @@ bool ges_lock(const ResourceName& r, LockMode mode, int timeout_ms) {
     // gives back a grant that won the race.
     PG_TRY();
     {
-        const int rc = send_client(GesMsgType::Request, &r, route_key_for(r), mode, id,
-                                   timeout_ms == 0 ? kNoWait : 0,
-                                   timeout_ms > 0 ? static_cast<uint32_t>(timeout_ms) : 0,
-                                   DenyReason::Cancelled, -1);
+        const int rc = send_client(
+            GesMsgType::Request, &r, route_key_for(r), mode, id, timeout_ms == 0 ? kNoWait : 0,
+            timeout_ms > 0 ? static_cast<uint32_t>(timeout_ms) : 0, DenyReason::Cancelled, -1);
         if (rc != PGRAC_IC_OK) {
             // Not queued: nothing to withdraw.
             g_pending.active = false;

@@ -232,3 +232,76 @@ TEST(GesClient, NoReplayWhenTheDeadNodeMasteredNothingOfOurs) {
     EXPECT_GT(c.size(), 0u);
     EXPECT_TRUE(c.plan_replay(before, after).empty());
 }
+
+// An LMS worker restarts: its table is rebuilt from the other nodes' registries
+// (plan_replay with itself as "restarted"), and its registry from the other
+// nodes' tables (entries_of_node + restore).
+TEST(GesClient, ARestartedWorkerRebuildsTableAndRegistry) {
+    const std::vector<uint16_t> live{1, 2, 3};
+    const Owner b{2, 20}, c{2, 21}, mine{1, 10};
+    ResourceName on1, on2;
+    bool have1 = false, have2 = false;
+    for (int k = 0; !(have1 && have2); ++k) {
+        const ResourceName r = ResourceName::from_int(1000 + k);
+        if (!have1 && master_for(r, live) == 1) on1 = r, have1 = true;
+        if (!have2 && master_for(r, live) == 2) on2 = r, have2 = true;
+    }
+    // Node 2's client side: b holds on1 EX, c waits for it.
+    ClientRegistry reg2;
+    LockTable t1(1);
+    auto req = [](Owner o, const ResourceName& r, LockMode m, uint64_t id) {
+        LockRequest rq;
+        rq.owner = o;
+        rq.resource = r;
+        rq.mode = m;
+        rq.request_id = id;
+        return rq;
+    };
+    reg2.on_request(b, on1, LockMode::EX, 1, 0, 0);
+    for (const Event& e : t1.request(req(b, on1, LockMode::EX, 1)))
+        reg2.on_granted(e.owner, e.resource, e.request_id, 1);
+    reg2.on_request(c, on1, LockMode::EX, 2, 0, 2);
+    for (const Event& e : t1.request(req(c, on1, LockMode::EX, 2)))
+        EXPECT_EQ(e.type, EventType::Bast);  // c waits; b is told
+
+    // Node 1's worker restarts: a fresh table, frozen, fed node 2's replay.
+    LockTable fresh(1);
+    fresh.begin_replay();
+    std::vector<ReplayEntry> entries;
+    for (ReplayBatch& bt : reg2.plan_replay(live, live, {1}))
+        if (bt.master == 1) entries = bt.entries;
+    ASSERT_EQ(entries.size(), 2u);
+    fresh.ingest_replay(entries, 10);
+    const Events done = fresh.end_replay(11);
+    for (const Event& e : done)
+        EXPECT_EQ(e.type, EventType::Bast);  // b still holds, c still waits: nobody is granted
+    const auto rows = fresh.snapshot();
+    ASSERT_EQ(rows.size(), 2u);
+    EXPECT_EQ(rows[0].proc, b.proc);
+    EXPECT_EQ(rows[0].state, LockState::Granted);
+    EXPECT_EQ(rows[1].proc, c.proc);
+    EXPECT_EQ(rows[1].state, LockState::Waiting);
+    EXPECT_EQ(fresh.replay_conflicts(), 0u);
+
+    // Node 1's registry rebuilt from node 2's table: mine holds on2 PR.
+    LockTable t2(2);
+    t2.request(req(mine, on2, LockMode::PR, 7));
+    EXPECT_TRUE(t2.entries_of_node(2).empty());
+    ClientRegistry reg1;
+    // A newer request already seen since the restart wins over the master's
+    // word, but becomes a conversion from the held mode.
+    const ResourceName other = ResourceName::from_int(5);
+    t2.request(req(mine, other, LockMode::PR, 8));
+    reg1.on_request(mine, other, LockMode::EX, 9, 0, 20);
+    for (const ReplayEntry& e : t2.entries_of_node(1)) reg1.restore(e);
+    auto e = reg1.find(mine, on2);
+    ASSERT_TRUE(e.has_value());
+    EXPECT_EQ(e->state, LockState::Granted);
+    EXPECT_EQ(e->granted_mode, LockMode::PR);
+    EXPECT_EQ(e->request_id, 7u);
+    e = reg1.find(mine, other);
+    ASSERT_TRUE(e.has_value());
+    EXPECT_EQ(e->state, LockState::Converting);
+    EXPECT_EQ(e->granted_mode, LockMode::PR);
+    EXPECT_EQ(e->request_id, 9u);
+}
