@@ -455,6 +455,15 @@ TEST(CtlStatus, ReadsTheViewsOfARunningServer) {
     ASSERT_EQ(sh("chown postgres " + dir).rc, 0);
     ASSERT_EQ(sh(as_pg + bin + "/initdb -N -A trust -U postgres -D " + dir + "/data >/dev/null").rc,
               0);
+    // Stops the server and removes its directory however the test ends (a
+    // failed ASSERT returns early).
+    struct ScratchServer {
+        std::string stop, dir;
+        ~ScratchServer() {
+            sh(stop);
+            fs::remove_all(dir);
+        }
+    } scratch{as_pg + bin + "/pg_ctl -s -D " + dir + "/data -m immediate stop", dir};
     ASSERT_EQ(sh(as_pg + bin + "/pg_ctl -w -s -D " + dir + "/data -l " + dir + "/log -o \"-p " +
                  port + " -k " + dir + " -c listen_addresses=''\" start")
                   .rc,
@@ -596,9 +605,6 @@ TEST(CtlStatus, ReadsTheViewsOfARunningServer) {
     r = ctl("status -h " + dir + " -p " + port + " -U postgres -d empty");
     EXPECT_EQ(r.rc, 0) << r.err;
     EXPECT_NE(r.out.find("tier3"), std::string::npos) << r.out;
-
-    sh(as_pg + bin + "/pg_ctl -s -D " + dir + "/data -m immediate stop");
-    fs::remove_all(dir);
 }
 
 TEST(CtlTable, WrapsTheLastColumn) {
