@@ -15,6 +15,8 @@
 #   bench/run_tier3.sh [--build-dir DIR] [--skip-build] [--rounds 3]
 #                      [--iterations 20000] [--iterations-8k 10000]
 #                      [--markdown FILE] [--keep-logs DIR] [--max-seconds 1200]
+# Environment: PGRAC_BENCH_CONF, extra postgresql.conf lines for both instances
+# (e.g. "cluster.busy_poll_us = 0" to measure without busy-polling).
 set -euo pipefail
 
 SRC_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -146,6 +148,7 @@ cluster.node_id = $n
 cluster.nodes = '1@127.0.0.1:$IC1,2@127.0.0.1:$IC2'
 cluster.auth_key_file = '$WORK/key'
 fsync = off
+${PGRAC_BENCH_CONF:-}
 EOF
     STARTED+=("$d")
     as_pg "$PGBIN/pg_ctl" -D "$d" -l "$WORK/n$n.log" -w -t 60 start >/dev/null

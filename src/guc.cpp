@@ -25,7 +25,7 @@ char* pgrac_nodes = nullptr;
 char* pgrac_auth_key_file = nullptr;
 int pgrac_lms_workers = 2;
 int pgrac_heartbeat_interval_ms = 1000;
-int pgrac_busy_poll_us = 50;
+int pgrac_busy_poll_us = 200;
 int pgrac_ges_deadlock_timeout_ms = 1000;
 int pgrac_peer_timeout_ms = 10000;
 int pgrac_rpc_timeout_ms = 5000;
@@ -134,7 +134,7 @@ void define_settings() {
         "waiting for a reply keep polling (yielding the CPU) this long "
         "before they sleep on their latch: a wakeup costs 5-25 us. "
         "0 never polls.",
-        &pgrac_busy_poll_us, 50, 0, 10000, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+        &pgrac_busy_poll_us, 200, 0, 10000, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
     DefineCustomIntVariable(
         "cluster.ges_deadlock_timeout",
         "How long a global lock request waits before the cluster-wide deadlock search looks at it.",
