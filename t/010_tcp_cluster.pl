@@ -55,6 +55,9 @@ my $bench = $c->node(1)->safe_psql('postgres',
 	q{SELECT iterations_done, p50_us > 0, p99_us >= p50_us, ops_per_sec > 0
 	    FROM pgrac_ic_bench(2, 64, 2000)});
 is($bench, '2000|t|t|t', '64-byte RPC bench to node 2');
+note 'bench tier3 64 B x 500: p50 '
+  . $c->node(1)->safe_psql('postgres', 'SELECT round(p50_us::numeric, 1) FROM pgrac_ic_bench(2, 64, 500)')
+  . ' us';
 $bench = $c->node(1)->safe_psql('postgres',
 	q{SELECT iterations_done FROM pgrac_ic_bench(3, 8192, 500)});
 is($bench, '500', '8 KiB RPC bench to node 3');

@@ -54,6 +54,8 @@ sub new
 		my $node = $self->node($i);
 		$node->append_conf('postgresql.conf', $self->conf_for($i));
 		$node->append_conf('postgresql.conf', $args{conf}) if $args{conf};
+		# Extra settings for experiments, e.g. PGRAC_TEST_CONF='cluster.busy_poll_us = 0'.
+		$node->append_conf('postgresql.conf', $ENV{PGRAC_TEST_CONF}) if $ENV{PGRAC_TEST_CONF};
 		$node->append_conf('postgresql.conf', $args{node_conf}{$i})
 		  if $args{node_conf} && $args{node_conf}{$i};
 	}
