@@ -41,63 +41,17 @@ done
 [[ $(id -u) -eq 0 ]] || { echo "run_lms.sh: run as root" >&2; exit 2; }
 COMMAND_LINE="bench/run_lms.sh $*"
 COMMAND_LINE="${COMMAND_LINE% }"
-log() { echo "[run_lms $(date +%H:%M:%S)] $*" >&2; }
-as_pg() { runuser -u "$PGUSER_OS" -- "$@"; }
-
-WORK=""
-STARTED=()
-WATCHDOG=""
-cleanup() {
-    local rc=$?
-    trap - EXIT INT TERM
-    for d in "${STARTED[@]}"; do
-        as_pg "$PGBIN/pg_ctl" -D "$d" -m immediate -w -t 30 stop >/dev/null 2>&1 || true
-    done
-    [[ -n "$WORK" && -d "$WORK" ]] && rm -rf "$WORK"
-    [[ -n "$WATCHDOG" ]] && kill "$WATCHDOG" 2>/dev/null || true
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'log "interrupted"; exit 130' INT TERM
-(
-    trap 'kill "$sleeper" 2>/dev/null; exit 0' TERM
-    sleep "$MAX_SECONDS" &
-    sleeper=$!
-    wait "$sleeper"
-    echo "[run_lms] over --max-seconds $MAX_SECONDS: stopping" >&2
-    kill -TERM $$
-) &
-WATCHDOG=$!
+BENCH_NAME=run_lms
+# shellcheck source=bench/lib/cluster.sh
+source "$SRC_DIR/bench/lib/cluster.sh"
+cluster_traps
 
 TCP_PINGPONG="$BUILD_DIR/bin/tcp_pingpong"
 LIBPQ_LATENCY="$BUILD_DIR/bin/libpq_latency"
-if [[ ! -x "$TCP_PINGPONG" || ! -x "$LIBPQ_LATENCY" ]]; then
-    log "building tcp_pingpong and libpq_latency in $BUILD_DIR"
-    timeout 900 cmake -S "$SRC_DIR" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-        -DPGRAC_BUILD_TESTS=OFF >/dev/null
-    timeout 900 cmake --build "$BUILD_DIR" -j2 --target tcp_pingpong libpq_latency >/dev/null
-fi
+if [[ ! -x "$TCP_PINGPONG" || ! -x "$LIBPQ_LATENCY" ]]; then build_bench_tools; fi
 
-port_free() { ! ss -Htan "( sport = :$1 )" 2>/dev/null | grep -q .; }
-pick_port() {
-    local low=$1 high=$2 p
-    shift 2
-    for _ in $(seq 1 200); do
-        p=$((low + RANDOM % (high - low + 1)))
-        if port_free "$p" && [[ " $* " != *" $p "* ]]; then echo "$p"; return 0; fi
-    done
-    return 1
-}
-PG1=$(pick_port 56000 56999)
-PG2=$(pick_port 56000 56999 "$PG1")
-IC1=$(pick_port 57000 57999)
-IC2=$(pick_port 57000 57999 "$IC1")
-
-WORK=$(mktemp -d /tmp/pgrac-lms-XXXX)
-chown "$PGUSER_OS": "$WORK"
-chmod 700 "$WORK"
-as_pg bash -c "umask 077; openssl rand -hex 32 > '$WORK/key'"
-as_pg "$PGBIN/initdb" -D "$WORK/base" -A trust -U postgres --no-sync >"$WORK/initdb.log" 2>&1
+cluster_ports
+cluster_init pgrac-lms
 # Fill the base before the copy: both instances get pgbench_accounts.
 BASEPORT=$(pick_port 56000 56999 "$PG1" "$PG2")
 as_pg "$PGBIN/pg_ctl" -D "$WORK/base" -l "$WORK/base.log" -w -t 60 \
@@ -106,41 +60,13 @@ as_pg "$PGBIN/pgbench" -i -s 2 -q -h "$WORK" -p "$BASEPORT" postgres >"$WORK/pgb
 as_pg "$PGBIN/psql" -X -q -h "$WORK" -p "$BASEPORT" -d postgres -c "CREATE EXTENSION pageinspect"
 as_pg "$PGBIN/pg_ctl" -D "$WORK/base" -w -t 60 stop >/dev/null
 
-start_node() {
-    local n=$1 port=$2 d="$WORK/n$1"
-    as_pg cp -a "$WORK/base" "$d"
-    cat >>"$d/postgresql.conf" <<EOF
-# ---- run_lms.sh
-port = $port
-listen_addresses = '127.0.0.1'
-unix_socket_directories = '$WORK'
-shared_preload_libraries = 'pgrac_ic'
-cluster.interconnect_tier = tier3
-cluster.node_id = $n
-cluster.nodes = '1@127.0.0.1:$IC1,2@127.0.0.1:$IC2'
-cluster.auth_key_file = '$WORK/key'
-fsync = off
-shared_buffers = 128MB
-max_connections = 40
-EOF
-    STARTED+=("$d")
-    as_pg "$PGBIN/pg_ctl" -D "$d" -l "$WORK/n$n.log" -w -t 60 start >/dev/null
-}
-start_node 1 "$PG1"
-start_node 2 "$PG2"
-psql_n() {
-    as_pg timeout 300 "$PGBIN/psql" -X -A -t -q -v ON_ERROR_STOP=1 -h "$WORK" -p "$1" \
-        -d postgres -c "$2"
-}
+NODE_CONF="shared_buffers = 128MB
+max_connections = 40"
+start_node 1 "$PG1" "$NODE_CONF"
+start_node 2 "$PG2" "$NODE_CONF"
 psql_n "$PG1" "CREATE EXTENSION pgrac_ic"
 psql_n "$PG2" "CREATE EXTENSION pgrac_ic"
-for i in $(seq 1 120); do
-    s1=$(psql_n "$PG1" "SELECT state FROM pg_cluster_ic_peers WHERE node_id = 2" || true)
-    s2=$(psql_n "$PG2" "SELECT state FROM pg_cluster_ic_peers WHERE node_id = 1" || true)
-    [[ "$s1" == UP && "$s2" == UP ]] && break
-    [[ $i -eq 120 ]] && { echo "peers not UP" >&2; exit 1; }
-    sleep 0.5
-done
+wait_peers_up
 # The GES start-up replay barrier is over once a NOWAIT lock is answered.
 psql_n "$PG1" "SELECT pgrac_ges_lock('warmup', 'EX', 0), pgrac_ges_unlock('warmup')" >/dev/null
 # Warm node 2's buffer pool with the relation (a fetch then measures the
@@ -148,7 +74,6 @@ psql_n "$PG1" "SELECT pgrac_ges_lock('warmup', 'EX', 0), pgrac_ges_unlock('warmu
 psql_n "$PG2" "SELECT count(*) FROM pgbench_accounts" >/dev/null
 RES=$(psql_n "$PG1" "SELECT n FROM generate_series(1, 1000) g, LATERAL (SELECT 'bench' || g AS n) s,
                      LATERAL pgrac_ges_resource(n) r WHERE r.master_node = 2 LIMIT 1")
-kv() { sed -n "s/.*[[:space:]]$1=\([^[:space:]]*\).*/\1/p"; }
 ROWS=()
 row() { ROWS+=("| $1 | $2 | $3 |"); log "$1: p50 $2 µs, p99 $3 µs"; }
 CONN2="host=127.0.0.1 port=$PG2 dbname=postgres user=postgres"

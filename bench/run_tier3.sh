@@ -57,121 +57,34 @@ done
 COMMAND_LINE="bench/run_tier3.sh $*"
 COMMAND_LINE="${COMMAND_LINE% }"
 
-log() { echo "[run_tier3 $(date +%H:%M:%S)] $*" >&2; }
-as_pg() { runuser -u "$PGUSER_OS" -- "$@"; }
-
-# ---- cleanup: every process started here is stopped, the temp dir removed
-WORK=""
-STARTED=()
-WATCHDOG=""
-cleanup() {
-    local rc=$?
-    trap - EXIT INT TERM
-    for d in "${STARTED[@]}"; do
-        as_pg "$PGBIN/pg_ctl" -D "$d" -m immediate -w -t 30 stop >/dev/null 2>&1 || true
-    done
-    if [[ -n "$WORK" && -d "$WORK" ]]; then
-        if [[ -n "$KEEP_LOGS" ]]; then
-            mkdir -p "$KEEP_LOGS"
-            cp "$WORK"/*.log "$WORK"/results.tsv "$KEEP_LOGS"/ 2>/dev/null || true
-        fi
-        rm -rf "$WORK"
+BENCH_NAME=run_tier3
+# shellcheck source=bench/lib/cluster.sh
+source "$SRC_DIR/bench/lib/cluster.sh"
+cluster_on_exit() {  # --keep-logs
+    if [[ -n "$KEEP_LOGS" ]]; then
+        mkdir -p "$KEEP_LOGS"
+        cp "$WORK"/*.log "$WORK"/results.tsv "$KEEP_LOGS"/ 2>/dev/null || true
     fi
-    if [[ -n "$WATCHDOG" ]]; then kill "$WATCHDOG" 2>/dev/null || true; fi
-    exit "$rc"
 }
-trap cleanup EXIT
-trap 'log "interrupted"; exit 130' INT TERM
-
-# The whole run is bounded: the watchdog ends it (and so the trap cleans up).
-(
-    trap 'kill "$sleeper" 2>/dev/null; exit 0' TERM
-    sleep "$MAX_SECONDS" &
-    sleeper=$!
-    wait "$sleeper"
-    echo "[run_tier3] over --max-seconds $MAX_SECONDS: stopping" >&2
-    kill -TERM $$
-) &
-WATCHDOG=$!
+cluster_traps
 
 # ---- build
-if [[ $SKIP_BUILD -eq 0 ]]; then
-    log "building tcp_pingpong and libpq_latency in $BUILD_DIR"
-    timeout 900 cmake -S "$SRC_DIR" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-        -DPGRAC_BUILD_TESTS=OFF >/dev/null
-    timeout 900 cmake --build "$BUILD_DIR" -j2 --target tcp_pingpong libpq_latency >/dev/null
-fi
+if [[ $SKIP_BUILD -eq 0 ]]; then build_bench_tools; fi
 TCP_PINGPONG="$BUILD_DIR/bin/tcp_pingpong"
 LIBPQ_LATENCY="$BUILD_DIR/bin/libpq_latency"
 [[ -x "$TCP_PINGPONG" && -x "$LIBPQ_LATENCY" ]] || { echo "missing tools in $BUILD_DIR/bin" >&2; exit 2; }
 
-# ---- ports: free ones from the ranges reserved for benchmarks
-port_free() { ! ss -Htan "( sport = :$1 )" 2>/dev/null | grep -q .; }
-pick_port() {  # pick_port LOW HIGH [EXCLUDE...]
-    local low=$1 high=$2 p
-    shift 2
-    for _ in $(seq 1 200); do
-        p=$((low + RANDOM % (high - low + 1)))
-        if port_free "$p" && [[ " $* " != *" $p "* ]]; then
-            echo "$p"
-            return 0
-        fi
-    done
-    echo "no free port in $low-$high" >&2
-    return 1
-}
-PG1=$(pick_port 56000 56999)
-PG2=$(pick_port 56000 56999 "$PG1")
-IC1=$(pick_port 57000 57999)
-IC2=$(pick_port 57000 57999 "$IC1")
-
 # ---- the cluster: initdb once, copy (same system identifier), two instances
-WORK=$(mktemp -d /tmp/pgrac-bench-XXXX)
-chown "$PGUSER_OS": "$WORK"
-chmod 700 "$WORK"
-log "cluster in $WORK: postgres ports $PG1/$PG2, interconnect ports $IC1/$IC2"
-as_pg bash -c "umask 077; openssl rand -hex 32 > '$WORK/key'"
-chmod 600 "$WORK/key"
-as_pg "$PGBIN/initdb" -D "$WORK/base" -A trust -U postgres --no-sync >"$WORK/initdb.log" 2>&1
-
-start_node() {  # start_node N PGPORT
-    local n=$1 port=$2 d="$WORK/n$1"
-    as_pg cp -a "$WORK/base" "$d"
-    cat >>"$d/postgresql.conf" <<EOF
-# ---- run_tier3.sh
-port = $port
-listen_addresses = '127.0.0.1'
-unix_socket_directories = '$WORK'
-shared_preload_libraries = 'pgrac_ic'
-cluster.interconnect_tier = tier3
-cluster.node_id = $n
-cluster.nodes = '1@127.0.0.1:$IC1,2@127.0.0.1:$IC2'
-cluster.auth_key_file = '$WORK/key'
-fsync = off
-${PGRAC_BENCH_CONF:-}
-EOF
-    STARTED+=("$d")
-    as_pg "$PGBIN/pg_ctl" -D "$d" -l "$WORK/n$n.log" -w -t 60 start >/dev/null
-}
-start_node 1 "$PG1"
-start_node 2 "$PG2"
-
-psql_n() {  # psql_n PGPORT SQL
-    as_pg timeout 300 "$PGBIN/psql" -X -A -t -q -v ON_ERROR_STOP=1 -h "$WORK" -p "$1" \
-        -d postgres -c "$2"
-}
+cluster_ports
+cluster_init pgrac-bench
+start_node 1 "$PG1" "${PGRAC_BENCH_CONF:-}"
+start_node 2 "$PG2" "${PGRAC_BENCH_CONF:-}"
 psql_n "$PG1" "CREATE EXTENSION pgrac_ic; CREATE EXTENSION pageinspect;
                CREATE TABLE t AS SELECT g, repeat('x', 40) AS filler FROM generate_series(1, 150) g;"
 psql_n "$PG2" "CREATE EXTENSION pgrac_ic;"
 
 log "waiting for the peers to be UP"
-for i in $(seq 1 120); do
-    s1=$(psql_n "$PG1" "SELECT state FROM pg_cluster_ic_peers WHERE node_id = 2" || true)
-    s2=$(psql_n "$PG2" "SELECT state FROM pg_cluster_ic_peers WHERE node_id = 1" || true)
-    [[ "$s1" == UP && "$s2" == UP ]] && break
-    [[ $i -eq 120 ]] && { echo "peers not UP after 60 s (node1: $s1, node2: $s2)" >&2; exit 1; }
-    sleep 0.5
-done
+wait_peers_up
 psql_n "$PG1" "SELECT pgrac_ic_ping(2); SELECT pgrac_ic_ping(1);" >/dev/null
 
 # ---- measurements
@@ -183,7 +96,6 @@ psql_n "$PG1" "SELECT pgrac_ic_ping(2); SELECT pgrac_ic_ping(1);" >/dev/null
 # a design that never sleeps).
 RESULTS="$WORK/results.tsv"  # group, what, size, round, p50, p99, p999
 : >"$RESULTS"
-kv() { sed -n "s/.*[[:space:]]$1=\([^[:space:]]*\).*/\1/p"; }
 record() {  # record GROUP WHAT SIZE ROUND LINE
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$(kv p50_us <<<"$5")" \
         "$(kv p99_us <<<"$5")" "$(kv p999_us <<<"$5")" >>"$RESULTS"

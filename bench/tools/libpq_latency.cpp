@@ -25,6 +25,10 @@
 #include <string>
 #include <vector>
 
+#include "latency_stats.hpp"
+
+using pgrac::bench::now_ns;
+
 namespace {
 
 struct Options {
@@ -42,17 +46,6 @@ struct Options {
                  "usage: libpq_latency --conninfo STR [--query SQL] [--mode simple|prepared]\n"
                  "                     [--binary] [--iterations N] [--warmup N] [--label NAME]\n");
     std::exit(2);
-}
-
-uint64_t now_ns() {
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
-
-double pct(const std::vector<uint64_t>& sorted, double q) {
-    const size_t k = static_cast<size_t>(q * static_cast<double>(sorted.size() - 1) + 0.5);
-    return static_cast<double>(sorted[k]) / 1000.0;
 }
 
 Options parse(int argc, char** argv) {
@@ -134,14 +127,11 @@ int main(int argc, char** argv) {
     const uint64_t elapsed = now_ns() - begin;
     PQfinish(conn);
 
-    double sum = 0;
-    for (uint64_t v : samples) sum += static_cast<double>(v);
-    std::sort(samples.begin(), samples.end());
+    const pgrac::bench::LatencySummary s = pgrac::bench::summarize_latency(samples);
     std::printf(
         "libpq_latency label=%s iterations=%d p50_us=%.2f p99_us=%.2f p999_us=%.2f mean_us=%.2f "
         "ops_per_sec=%.0f result_bytes=%d\n",
-        o.label.c_str(), o.iterations, pct(samples, 0.5), pct(samples, 0.99), pct(samples, 0.999),
-        sum / static_cast<double>(samples.size()) / 1000.0,
-        o.iterations / (static_cast<double>(elapsed) / 1e9), result_bytes);
+        o.label.c_str(), o.iterations, s.p50_us, s.p99_us, s.p999_us, s.mean_us,
+        pgrac::bench::ops_per_sec(o.iterations, elapsed), result_bytes);
     return 0;
 }

@@ -32,6 +32,10 @@
 #include <string>
 #include <vector>
 
+#include "latency_stats.hpp"
+
+using pgrac::bench::now_ns;
+
 namespace {
 
 struct Options {
@@ -62,12 +66,6 @@ constexpr size_t kMaxSize = 1 << 20;
                  "                    [--host 127.0.0.1] [--port P] [--busy-poll]\n"
                  "                    [--server | --client]\n");
     std::exit(2);
-}
-
-uint64_t now_ns() {
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
 // Reads exactly n bytes; false on EOF.
@@ -158,11 +156,6 @@ void serve(int lfd) {
     close(fd);
 }
 
-double pct(const std::vector<uint64_t>& sorted, double q) {
-    const size_t k = static_cast<size_t>(q * static_cast<double>(sorted.size() - 1) + 0.5);
-    return static_cast<double>(sorted[k]) / 1000.0;
-}
-
 void run_client(const Options& o, int port) {
     const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) die("socket");
@@ -206,16 +199,12 @@ void run_client(const Options& o, int port) {
         }
         write_full(fd, last.data(), size);
         read_full(fd, in.data(), size);
-        double sum = 0;
-        for (uint64_t v : samples) sum += static_cast<double>(v);
-        std::sort(samples.begin(), samples.end());
+        const pgrac::bench::LatencySummary s = pgrac::bench::summarize_latency(samples);
         std::printf(
             "tcp_pingpong mode=%s size=%zu iterations=%d p50_us=%.2f p99_us=%.2f p999_us=%.2f "
             "mean_us=%.2f ops_per_sec=%.0f\n",
-            o.busy_poll ? "busy-poll" : "blocking", size, o.iterations, pct(samples, 0.5),
-            pct(samples, 0.99), pct(samples, 0.999),
-            sum / static_cast<double>(samples.size()) / 1000.0,
-            o.iterations / (static_cast<double>(elapsed) / 1e9));
+            o.busy_poll ? "busy-poll" : "blocking", size, o.iterations, s.p50_us, s.p99_us,
+            s.p999_us, s.mean_us, pgrac::bench::ops_per_sec(o.iterations, elapsed));
         std::fflush(stdout);
     }
     const uint32_t zero = 0;

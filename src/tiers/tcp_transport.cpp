@@ -8,6 +8,7 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include "tiers/conn_bookkeeping.hpp"
 #include "tiers/tcp_transport_impl.hpp"
 
 namespace pgrac::tiers {
@@ -86,13 +87,9 @@ bool TcpTransport::listen(const std::string& host, uint16_t port, std::string* e
             }
             if (first_error.empty()) first_error = this_error;
         }
-        if (bound == 0) *error = "cannot listen: " + first_error;
-        return bound > 0;
+        return listen_outcome(bound, first_error, error);
     } catch (...) {
-        try {
-            *error = "cannot listen: out of memory";
-        } catch (...) {
-        }
+        set_error_nothrow(error, "cannot listen: out of memory");
         return false;
     }
 }
@@ -123,10 +120,7 @@ ConnId TcpTransport::connect(const std::string& host, uint16_t port, std::string
             if (c != nullptr && c->fd >= 0) ::close(c->fd);
             conns_.erase(id);
         }
-        try {
-            *error = "connect failed: out of memory";
-        } catch (...) {
-        }
+        set_error_nothrow(error, "connect failed: out of memory");
         return 0;
     }
 }
@@ -184,35 +178,15 @@ void TcpTransport::finish_connect(TcpConnection& c) {
 
 void TcpTransport::expire_connects() {
     if (opts_.connect_timeout_ms <= 0) return;
-    const auto now = std::chrono::steady_clock::now();
-    for (auto& [id, c] : conns_)
-        if (c->state == TcpConnState::Connecting && c->deadline <= now)
-            end(*c, TcpCloseCause::ConnectTimeout);
+    expire_connect_deadlines(conns_, TcpConnState::Connecting,
+                             [this](TcpConnection& c) { end(c, TcpCloseCause::ConnectTimeout); });
 }
 
 // Arms the timerfd at the earliest connect deadline, or disarms it. A
 // connect_timeout_ms <= 0 means no timeout of our own (the kernel's applies).
 void TcpTransport::rearm_timer() {
     if (opts_.connect_timeout_ms <= 0) return;
-    bool any = false;
-    std::chrono::steady_clock::time_point earliest;
-    for (const auto& [id, c] : conns_) {
-        if (c->state != TcpConnState::Connecting) continue;
-        if (!any || c->deadline < earliest) earliest = c->deadline;
-        any = true;
-    }
-    if (!any && !timer_armed_) return;
-    itimerspec spec{};
-    if (any) {
-        // steady_clock is CLOCK_MONOTONIC on Linux; 0 would disarm, so use >= 1 ns.
-        const auto ns = std::max<int64_t>(
-            1, std::chrono::duration_cast<std::chrono::nanoseconds>(earliest.time_since_epoch())
-                   .count());
-        spec.it_value.tv_sec = ns / 1000000000;
-        spec.it_value.tv_nsec = ns % 1000000000;
-    }
-    timerfd_settime(timerfd_, TFD_TIMER_ABSTIME, &spec, nullptr);
-    timer_armed_ = any;
+    rearm_connect_timer(timerfd_, timer_armed_, conns_, TcpConnState::Connecting);
 }
 
 void TcpTransport::accept_ready(int listen_fd) {
@@ -280,30 +254,15 @@ std::string TcpTransport::end_text(const TcpConnection& c) const {
 // Reports ended connections in ConnId order and forgets them. A connect that
 // never completed gets on_connected(false); everything else gets on_closed.
 void TcpTransport::deliver_reports() {
-    while (pending_reports_ > 0) {
-        std::vector<ConnId> ids;
-        for (const auto& [id, c] : conns_)
-            if (c->report_pending) ids.push_back(id);
-        if (ids.empty()) {  // cannot happen; never spin on a miscount
-            pending_reports_ = 0;
-            break;
-        }
-        std::sort(ids.begin(), ids.end());
-        for (ConnId id : ids) {
-            TcpConnection* c = find(id);
-            if (c == nullptr || !c->report_pending) continue;
-            const std::string reason = end_text(*c);
-            const bool connect_failed = c->cause == TcpCloseCause::ConnectFailed ||
-                                        c->cause == TcpCloseCause::ConnectTimeout;
-            const ic::FrameError fe = c->frame_error;
-            conns_.erase(id);
-            --pending_reports_;
-            if (connect_failed)
-                handler_.on_connected(id, false, reason);
-            else
-                handler_.on_closed(id, reason, fe);
-        }
-    }
+    deliver_conn_reports(handler_, conns_, pending_reports_, [this](TcpConnection& c) {
+        const bool connect_failed =
+            c.cause == TcpCloseCause::ConnectFailed || c.cause == TcpCloseCause::ConnectTimeout;
+        ConnEndReport r{
+            connect_failed ? ConnEndReport::Kind::ConnectFailed : ConnEndReport::Kind::Closed,
+            end_text(c), c.frame_error};
+        conns_.erase(c.id);
+        return r;
+    });
 }
 
 void TcpTransport::poll(int timeout_ms) {

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "tiers/conn_bookkeeping.hpp"
 #include "tiers/rdma_detect.hpp"
 #include "tiers/verbs_transport_impl.hpp"
 
@@ -467,32 +468,13 @@ void VerbsTransport::get_cq_events() {
 
 void VerbsTransport::expire_connects() {
     if (opts_.connect_timeout_ms <= 0) return;
-    const auto now = std::chrono::steady_clock::now();
-    for (auto& [id, c] : conns_)
-        if (c->state == VerbsConnState::Connecting && c->deadline <= now)
-            end(*c, VerbsCloseCause::ConnectTimeout);
+    expire_connect_deadlines(conns_, VerbsConnState::Connecting,
+                             [this](VerbsConn& c) { end(c, VerbsCloseCause::ConnectTimeout); });
 }
 
 void VerbsTransport::rearm_timer() {
     if (opts_.connect_timeout_ms <= 0) return;
-    bool any = false;
-    std::chrono::steady_clock::time_point earliest;
-    for (const auto& [id, c] : conns_) {
-        if (c->state != VerbsConnState::Connecting) continue;
-        if (!any || c->deadline < earliest) earliest = c->deadline;
-        any = true;
-    }
-    if (!any && !timer_armed_) return;
-    itimerspec spec{};
-    if (any) {
-        const auto ns = std::max<int64_t>(
-            1, std::chrono::duration_cast<std::chrono::nanoseconds>(earliest.time_since_epoch())
-                   .count());
-        spec.it_value.tv_sec = ns / 1000000000;
-        spec.it_value.tv_nsec = ns % 1000000000;
-    }
-    timerfd_settime(timerfd_, TFD_TIMER_ABSTIME, &spec, nullptr);
-    timer_armed_ = any;
+    rearm_connect_timer(timerfd_, timer_armed_, conns_, VerbsConnState::Connecting);
 }
 
 void VerbsTransport::signal_wake() {
@@ -537,30 +519,18 @@ std::string VerbsTransport::end_text(const VerbsConn& c) const {
 // completed gets on_connected(false); an inbound one that never completed was
 // never announced and is dropped silently; everything else gets on_closed.
 void VerbsTransport::deliver_reports() {
-    while (pending_reports_ > 0) {
-        std::vector<ConnId> ids;
-        for (const auto& [id, c] : conns_)
-            if (c->report_pending) ids.push_back(id);
-        if (ids.empty()) {
-            pending_reports_ = 0;
-            break;
-        }
-        std::sort(ids.begin(), ids.end());
-        for (ConnId id : ids) {
-            VerbsConn* c = find(id);
-            if (c == nullptr || !c->report_pending) continue;
-            c->report_pending = false;
-            c->reported = true;
-            --pending_reports_;
-            const std::string reason = end_text(*c);
-            const ic::FrameError fe = c->frame_error;
-            if (!c->announced) {
-                if (!c->inbound) handler_.on_connected(id, false, reason);
-            } else {
-                handler_.on_closed(id, reason, fe);
-            }
-        }
-    }
+    deliver_conn_reports(handler_, conns_, pending_reports_, [this](VerbsConn& c) {
+        c.report_pending = false;
+        c.reported = true;  // the entry stays until reap() sees its QP flushed
+        ConnEndReport r;
+        if (c.announced)
+            r.kind = ConnEndReport::Kind::Closed;
+        else if (!c.inbound)
+            r.kind = ConnEndReport::Kind::ConnectFailed;
+        r.reason = end_text(c);
+        r.frame_error = c.frame_error;
+        return r;
+    });
 }
 
 // Frees reported connections whose queue pair has nothing left in flight.

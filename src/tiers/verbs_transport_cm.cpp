@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "tiers/conn_bookkeeping.hpp"
+#include "tiers/tcp_socket.hpp"
 #include "tiers/verbs_transport_impl.hpp"
 
 namespace pgrac::tiers {
@@ -88,13 +90,9 @@ bool VerbsTransport::listen(const std::string& host, uint16_t port, std::string*
             if (first_error.empty()) first_error = this_error;
         }
         freeaddrinfo(ai);
-        if (bound == 0) *error = "cannot listen: " + first_error;
-        return bound > 0;
+        return listen_outcome(bound, first_error, error);
     } catch (...) {
-        try {
-            *error = "cannot listen: out of memory";
-        } catch (...) {
-        }
+        set_error_nothrow(error, "cannot listen: out of memory");
         return false;
     }
 }
@@ -112,8 +110,7 @@ ConnId VerbsTransport::connect(const std::string& host, uint16_t port, std::stri
         auto owned = std::make_unique<VerbsConn>();
         VerbsConn& c = *owned;
         c.id = id;
-        c.target = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
-                   std::to_string(port);
+        c.target = endpoint_text(host, port);
         c.peer_host = numeric_host(ai->ai_addr);
         c.deadline =
             std::chrono::steady_clock::now() + std::chrono::milliseconds(opts_.connect_timeout_ms);
@@ -141,10 +138,7 @@ ConnId VerbsTransport::connect(const std::string& host, uint16_t port, std::stri
             if (c->cm != nullptr) rdma_destroy_id(c->cm);
             conns_.erase(id);
         }
-        try {
-            *error = "connect failed: out of memory";
-        } catch (...) {
-        }
+        set_error_nothrow(error, "connect failed: out of memory");
         return 0;
     }
 }

@@ -27,6 +27,7 @@
 #include "ic/frame.hpp"
 #include "ic/shared_state.hpp"
 #include "tiers/transport.hpp"
+#include "transport_test_support.hpp"
 
 namespace pgrac::ic::enginetest {
 
@@ -37,34 +38,8 @@ inline constexpr uint64_t kSystemId = 0x5eed5eed12345678ULL;
 inline const std::string kKey = "engine-test-shared-key-0123456789";
 inline constexpr milliseconds kWait{10000};
 
-// A port nobody listens on right now (bind port 0, read it back, close).
-inline uint16_t free_port(const char* host = "127.0.0.1") {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    inet_pton(AF_INET, host, &a.sin_addr);
-    socklen_t len = sizeof a;
-    uint16_t port = 0;
-    if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&a), len) == 0 &&
-        getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0) close(fd);
-    return port;
-}
-
-// A raw blocking client socket connected to 127.0.0.1:port, or -1.
-inline int raw_connect(uint16_t port) {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(port);
-    if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
+using tiers::transporttest::free_port;
+using tiers::transporttest::raw_connect;
 
 // ---- the fault-injecting transport
 

@@ -18,118 +18,16 @@
 
 #include "ic/frame.hpp"
 #include "tiers/transport.hpp"
+#include "transport_test_support.hpp"
 
 using namespace pgrac;
 using namespace pgrac::tiers;
+using namespace pgrac::tiers::transporttest;
 using Clock = std::chrono::steady_clock;
 
 namespace {
 
 constexpr auto kWait = std::chrono::seconds(20);
-
-struct ReceivedFrame {
-    ConnId conn;
-    ic::FrameHeader h;
-    std::vector<uint8_t> payload;
-};
-
-struct ClosedConn {
-    ConnId conn;
-    std::string reason;
-    ic::FrameError frame_error;
-};
-
-// Records every callback, and counts callbacks made while another was running.
-class Recorder : public TransportHandler {
-  public:
-    std::vector<ConnId> connected;
-    std::vector<std::pair<ConnId, std::string>> connect_failed;
-    std::vector<std::pair<ConnId, std::string>> accepted;
-    std::vector<ReceivedFrame> frames;
-    std::vector<ClosedConn> closed;
-    std::function<void(ConnId, const ic::FrameHeader&)> frame_hook;
-    int reentered = 0;
-
-    void on_connected(ConnId conn, bool ok, const std::string& error) override {
-        Enter e(this);
-        if (ok)
-            connected.push_back(conn);
-        else
-            connect_failed.emplace_back(conn, error);
-    }
-    void on_accepted(ConnId conn, const std::string& peer_host) override {
-        Enter e(this);
-        accepted.emplace_back(conn, peer_host);
-    }
-    void on_frame(ConnId conn, const ic::FrameHeader& h, const uint8_t* payload) override {
-        Enter e(this);
-        frames.push_back({conn, h, std::vector<uint8_t>(payload, payload + h.payload_len)});
-        if (frame_hook) frame_hook(conn, h);
-    }
-    void on_closed(ConnId conn, const std::string& reason, ic::FrameError fe) override {
-        Enter e(this);
-        closed.push_back({conn, reason, fe});
-    }
-
-  private:
-    struct Enter {
-        explicit Enter(Recorder* r) : r_(r) {
-            if (r_->inside_) ++r_->reentered;
-            r_->inside_ = true;
-        }
-        ~Enter() { r_->inside_ = false; }
-        Recorder* r_;
-    };
-    bool inside_ = false;
-};
-
-// A port nobody listens on right now.
-uint16_t free_port(int family = AF_INET) {
-    const int fd = socket(family, SOCK_STREAM, 0);
-    sockaddr_storage ss{};
-    socklen_t len;
-    if (family == AF_INET6) {
-        auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
-        a->sin6_family = AF_INET6;
-        a->sin6_addr = in6addr_loopback;
-        len = sizeof *a;
-    } else {
-        auto* a = reinterpret_cast<sockaddr_in*>(&ss);
-        a->sin_family = AF_INET;
-        a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        len = sizeof *a;
-    }
-    uint16_t port = 0;
-    if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&ss), len) == 0 &&
-        getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
-        port = ntohs(family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
-                                        : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
-    }
-    if (fd >= 0) close(fd);
-    return port;
-}
-
-// A raw blocking client socket connected to 127.0.0.1:port.
-int raw_connect(uint16_t port) {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(port);
-    if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
-std::vector<uint8_t> make_frame(ic::FrameHeader h, const std::vector<uint8_t>& payload) {
-    h.payload_len = static_cast<uint32_t>(payload.size());
-    std::vector<uint8_t> out(ic::kFrameHeaderSize);
-    ic::encode_frame_header(h, payload.data(), out.data());
-    out.insert(out.end(), payload.begin(), payload.end());
-    return out;
-}
 
 // A Message frame with seq, whose body is body_len bytes of a pattern from seq.
 std::vector<uint8_t> message(uint32_t seq, size_t body_len, uint16_t flags = 0) {
@@ -148,22 +46,6 @@ std::vector<uint8_t> message(uint32_t seq, size_t body_len, uint16_t flags = 0) 
     return make_frame(h, payload);
 }
 
-// Sends a frame as the engine does: header and payload as separate pieces.
-bool send_frame(Transport& t, ConnId conn, const std::vector<uint8_t>& frame) {
-    iovec iov[2] = {
-        {const_cast<uint8_t*>(frame.data()), ic::kFrameHeaderSize},
-        {const_cast<uint8_t*>(frame.data()) + ic::kFrameHeaderSize,
-         frame.size() - ic::kFrameHeaderSize},
-    };
-    return t.send(conn, iov, frame.size() > ic::kFrameHeaderSize ? 2 : 1);
-}
-
-bool payload_matches(const ReceivedFrame& f, const std::vector<uint8_t>& frame) {
-    return f.payload.size() == frame.size() - ic::kFrameHeaderSize &&
-           std::memcmp(f.payload.data(), frame.data() + ic::kFrameHeaderSize, f.payload.size()) ==
-               0;
-}
-
 bool readable(int fd, int timeout_ms) {
     pollfd p{fd, POLLIN, 0};
     return ::poll(&p, 1, timeout_ms) == 1;
@@ -172,15 +54,7 @@ bool readable(int fd, int timeout_ms) {
 // Runs the transports as an owner would (sleeping on their wait fds) until
 // done() holds; false after kWait.
 bool pump(std::initializer_list<Transport*> ts, const std::function<bool()>& done) {
-    const auto deadline = Clock::now() + kWait;
-    while (!done()) {
-        if (Clock::now() > deadline) return false;
-        std::vector<pollfd> fds;
-        for (Transport* t : ts) fds.push_back({t->wait_fd(), POLLIN, 0});
-        ::poll(fds.data(), fds.size(), 50);
-        for (Transport* t : ts) t->poll(0);
-    }
-    return true;
+    return pump_until(ts, done, kWait, 50);
 }
 
 std::unique_ptr<Transport> tcp(Recorder& r, TcpOptions opts = {}) {
@@ -357,7 +231,7 @@ TEST_F(TcpPair, CloseIsReportedFromALaterPoll) {
 }
 
 TEST_F(TcpPair, HandlerMaySendAndCloseInsideOnFrame) {
-    ra.frame_hook = [&](ConnId conn, const ic::FrameHeader& h) {
+    ra.frame_hook = [&](ConnId conn, const ic::FrameHeader& h, const uint8_t*) {
         EXPECT_TRUE(send_frame(*a, conn, message(h.seq, 16, ic::kFlagRpcReply)));
         if (h.seq == 3) a->close(conn);
     };
@@ -520,7 +394,7 @@ TEST(TcpTransport, ConnectTimesOut) {
 }
 
 TEST(TcpTransport, Ipv6AndHostNames) {
-    const uint16_t port6 = free_port(AF_INET6);
+    const uint16_t port6 = free_port("::1");
     if (port6 == 0) GTEST_SKIP() << "no IPv6 loopback";
     Recorder ra, rb;
     auto a = tcp(ra), b = tcp(rb);

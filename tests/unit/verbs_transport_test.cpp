@@ -21,57 +21,16 @@
 #include "tiers/rdma_live.hpp"
 #include "tiers/transport.hpp"
 #include "tiers/verbs_transport.hpp"
+#include "transport_test_support.hpp"
 
 using namespace pgrac;
 using namespace pgrac::tiers;
+using namespace pgrac::tiers::transporttest;
 using Clock = std::chrono::steady_clock;
 
 namespace {
 
 constexpr auto kWait = std::chrono::seconds(60);  // TCG emulation is slow
-
-struct ReceivedFrame {
-    ConnId conn;
-    ic::FrameHeader h;
-    std::vector<uint8_t> payload;
-};
-
-struct ClosedConn {
-    ConnId conn;
-    std::string reason;
-    ic::FrameError frame_error;
-};
-
-class Recorder : public TransportHandler {
-  public:
-    std::vector<ConnId> connected;
-    std::vector<std::pair<ConnId, std::string>> connect_failed;
-    std::vector<std::pair<ConnId, std::string>> accepted;
-    std::vector<ReceivedFrame> frames;
-    std::vector<ClosedConn> closed;
-    std::function<void(ConnId, const ic::FrameHeader&, const uint8_t*)> frame_hook;
-    bool keep_frames = true;
-    size_t frame_count = 0;
-
-    void on_connected(ConnId conn, bool ok, const std::string& error) override {
-        if (ok)
-            connected.push_back(conn);
-        else
-            connect_failed.emplace_back(conn, error);
-    }
-    void on_accepted(ConnId conn, const std::string& peer_host) override {
-        accepted.emplace_back(conn, peer_host);
-    }
-    void on_frame(ConnId conn, const ic::FrameHeader& h, const uint8_t* payload) override {
-        ++frame_count;
-        if (keep_frames)
-            frames.push_back({conn, h, std::vector<uint8_t>(payload, payload + h.payload_len)});
-        if (frame_hook) frame_hook(conn, h, payload);
-    }
-    void on_closed(ConnId conn, const std::string& reason, ic::FrameError fe) override {
-        closed.push_back({conn, reason, fe});
-    }
-};
 
 std::string test_addr() {
     for (const char* v : {"PGRAC_VERBS_ADDR", "RXEVM_IPADDR"})
@@ -82,14 +41,6 @@ std::string test_addr() {
 uint16_t test_port() {
     static std::mt19937 rng(static_cast<unsigned>(Clock::now().time_since_epoch().count()));
     return static_cast<uint16_t>(20000 + rng() % 20000);
-}
-
-std::vector<uint8_t> make_frame(ic::FrameHeader h, const std::vector<uint8_t>& payload) {
-    h.payload_len = static_cast<uint32_t>(payload.size());
-    std::vector<uint8_t> out(ic::kFrameHeaderSize);
-    ic::encode_frame_header(h, payload.data(), out.data());
-    out.insert(out.end(), payload.begin(), payload.end());
-    return out;
 }
 
 // A Message frame numbered seq whose payload is payload_len bytes (>= 24).
@@ -108,33 +59,10 @@ std::vector<uint8_t> message(uint32_t seq, size_t payload_len) {
     return make_frame(h, payload);
 }
 
-bool send_frame(Transport& t, ConnId conn, const std::vector<uint8_t>& frame) {
-    iovec iov[2] = {
-        {const_cast<uint8_t*>(frame.data()), ic::kFrameHeaderSize},
-        {const_cast<uint8_t*>(frame.data()) + ic::kFrameHeaderSize,
-         frame.size() - ic::kFrameHeaderSize},
-    };
-    return t.send(conn, iov, frame.size() > ic::kFrameHeaderSize ? 2 : 1);
-}
-
-bool payload_matches(const ReceivedFrame& f, const std::vector<uint8_t>& frame) {
-    return f.payload.size() == frame.size() - ic::kFrameHeaderSize &&
-           std::memcmp(f.payload.data(), frame.data() + ic::kFrameHeaderSize, f.payload.size()) ==
-               0;
-}
-
 // Runs the transports as an owner would (sleeping on their wait fds).
 bool pump(std::initializer_list<Transport*> ts, const std::function<bool()>& done,
           std::chrono::seconds limit = kWait) {
-    const auto deadline = Clock::now() + limit;
-    while (!done()) {
-        if (Clock::now() > deadline) return false;
-        std::vector<pollfd> fds;
-        for (Transport* t : ts) fds.push_back({t->wait_fd(), POLLIN, 0});
-        ::poll(fds.data(), fds.size(), 20);
-        for (Transport* t : ts) t->poll(0);
-    }
-    return true;
+    return pump_until(ts, done, limit, 20);
 }
 
 VerbsOptions small_options() {

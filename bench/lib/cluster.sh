@@ -1,0 +1,131 @@
+# shellcheck shell=bash
+# Shared by the benchmark scripts (run_tier3.sh, run_lms.sh): a temporary
+# two-instance tier3 cluster on 127.0.0.1, made from one initdb'd base
+# directory (copies share the system identifier), and its cleanup.
+#
+# Source it after option parsing. The script sets before sourcing:
+#   BENCH_NAME   prefix of log lines, e.g. run_tier3
+#   PGBIN, PGUSER_OS, MAX_SECONDS, SRC_DIR, BUILD_DIR
+# and may define cluster_on_exit (run by the exit trap before the temporary
+# directory is removed, e.g. to keep logs).
+# Then: cluster_traps; cluster_ports; cluster_init PREFIX; start_node N PORT [CONF].
+
+log() { echo "[$BENCH_NAME $(date +%H:%M:%S)] $*" >&2; }
+as_pg() { runuser -u "$PGUSER_OS" -- "$@"; }
+kv() { sed -n "s/.*[[:space:]]$1=\([^[:space:]]*\).*/\1/p"; }
+
+# ---- cleanup: every instance started here is stopped, the temp dir removed
+WORK=""
+STARTED=()
+WATCHDOG=""
+cleanup() {
+    local rc=$?
+    trap - EXIT INT TERM
+    for d in "${STARTED[@]}"; do
+        as_pg "$PGBIN/pg_ctl" -D "$d" -m immediate -w -t 30 stop >/dev/null 2>&1 || true
+    done
+    if [[ -n "$WORK" && -d "$WORK" ]]; then
+        if declare -F cluster_on_exit >/dev/null; then cluster_on_exit; fi
+        rm -rf "$WORK"
+    fi
+    if [[ -n "$WATCHDOG" ]]; then kill "$WATCHDOG" 2>/dev/null || true; fi
+    exit "$rc"
+}
+
+# The exit trap, and a watchdog that bounds the whole run to MAX_SECONDS (it
+# ends the script, and so the trap cleans up).
+cluster_traps() {
+    trap cleanup EXIT
+    trap 'log "interrupted"; exit 130' INT TERM
+    (
+        trap 'kill "$sleeper" 2>/dev/null; exit 0' TERM
+        sleep "$MAX_SECONDS" &
+        sleeper=$!
+        wait "$sleeper"
+        echo "[$BENCH_NAME] over --max-seconds $MAX_SECONDS: stopping" >&2
+        kill -TERM $$
+    ) &
+    WATCHDOG=$!
+}
+
+# Builds the client tools (tcp_pingpong, libpq_latency) in BUILD_DIR.
+build_bench_tools() {
+    log "building tcp_pingpong and libpq_latency in $BUILD_DIR"
+    timeout 900 cmake -S "$SRC_DIR" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+        -DPGRAC_BUILD_TESTS=OFF >/dev/null
+    timeout 900 cmake --build "$BUILD_DIR" -j2 --target tcp_pingpong libpq_latency >/dev/null
+}
+
+# ---- ports: free ones from the ranges reserved for benchmarks
+port_free() { ! ss -Htan "( sport = :$1 )" 2>/dev/null | grep -q .; }
+pick_port() {  # pick_port LOW HIGH [EXCLUDE...]
+    local low=$1 high=$2 p
+    shift 2
+    for _ in $(seq 1 200); do
+        p=$((low + RANDOM % (high - low + 1)))
+        if port_free "$p" && [[ " $* " != *" $p "* ]]; then
+            echo "$p"
+            return 0
+        fi
+    done
+    echo "no free port in $low-$high" >&2
+    return 1
+}
+# PG1/PG2: the instances' postgres ports; IC1/IC2: their interconnect ports.
+cluster_ports() {
+    PG1=$(pick_port 56000 56999)
+    PG2=$(pick_port 56000 56999 "$PG1")
+    IC1=$(pick_port 57000 57999)
+    IC2=$(pick_port 57000 57999 "$IC1")
+}
+
+# cluster_init PREFIX: WORK=/tmp/PREFIX-XXXX (postgres-owned, 0700) with the
+# interconnect key and an initdb'd base directory.
+cluster_init() {
+    WORK=$(mktemp -d "/tmp/$1-XXXX")
+    chown "$PGUSER_OS": "$WORK"
+    chmod 700 "$WORK"
+    log "cluster in $WORK: postgres ports $PG1/$PG2, interconnect ports $IC1/$IC2"
+    as_pg bash -c "umask 077; openssl rand -hex 32 > '$WORK/key'"
+    chmod 600 "$WORK/key"
+    as_pg "$PGBIN/initdb" -D "$WORK/base" -A trust -U postgres --no-sync >"$WORK/initdb.log" 2>&1
+}
+
+# start_node N PGPORT [EXTRA_CONF]: copies the base to $WORK/nN and starts it
+# as node N of the tier3 cluster, with EXTRA_CONF appended to its config.
+start_node() {
+    local n=$1 port=$2 d="$WORK/n$1"
+    as_pg cp -a "$WORK/base" "$d"
+    cat >>"$d/postgresql.conf" <<CONF
+# ---- $BENCH_NAME.sh
+port = $port
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '$WORK'
+shared_preload_libraries = 'pgrac_ic'
+cluster.interconnect_tier = tier3
+cluster.node_id = $n
+cluster.nodes = '1@127.0.0.1:$IC1,2@127.0.0.1:$IC2'
+cluster.auth_key_file = '$WORK/key'
+fsync = off
+${3:-}
+CONF
+    STARTED+=("$d")
+    as_pg "$PGBIN/pg_ctl" -D "$d" -l "$WORK/n$n.log" -w -t 60 start >/dev/null
+}
+
+psql_n() {  # psql_n PGPORT SQL
+    as_pg timeout 300 "$PGBIN/psql" -X -A -t -q -v ON_ERROR_STOP=1 -h "$WORK" -p "$1" \
+        -d postgres -c "$2"
+}
+
+# Waits up to 60 s for both instances to see each other UP.
+wait_peers_up() {
+    local i s1 s2
+    for i in $(seq 1 120); do
+        s1=$(psql_n "$PG1" "SELECT state FROM pg_cluster_ic_peers WHERE node_id = 2" || true)
+        s2=$(psql_n "$PG2" "SELECT state FROM pg_cluster_ic_peers WHERE node_id = 1" || true)
+        [[ "$s1" == UP && "$s2" == UP ]] && return 0
+        [[ $i -eq 120 ]] && { echo "peers not UP after 60 s (node1: $s1, node2: $s2)" >&2; exit 1; }
+        sleep 0.5
+    done
+}

@@ -1,0 +1,114 @@
+// Connection bookkeeping shared by the connection-oriented tiers (TCP and
+// verbs): reporting ended connections to the handler, connect deadlines, and
+// the error texts of listen() and connect().
+//
+// A transport keeps its connections as std::unordered_map<ConnId,
+// std::unique_ptr<Conn>>, where Conn has `bool report_pending`, a `state`
+// (an enum with a Connecting value) and a steady_clock `deadline`.
+#pragma once
+
+#include <sys/timerfd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ic/frame.hpp"
+#include "tiers/transport.hpp"
+
+namespace pgrac::tiers {
+
+// How one ended connection is reported to the handler.
+struct ConnEndReport {
+    enum class Kind {
+        Silent,         // never announced: nothing to report
+        ConnectFailed,  // on_connected(false, reason)
+        Closed,         // on_closed(reason, frame_error)
+    };
+    Kind kind = Kind::Silent;
+    std::string reason;
+    ic::FrameError frame_error = ic::FrameError::None;
+};
+
+// Reports ended connections (report_pending set) in ConnId order until
+// pending_reports is 0. take_end(conn) takes the end over from the transport
+// and says how to report it; it may erase the connection's entry. Ends that a
+// callback causes are picked up by the next pass. A handler's exception
+// propagates; what is still pending is reported by a later call.
+template <typename ConnMap, typename TakeEnd>
+void deliver_conn_reports(TransportHandler& handler, ConnMap& conns, size_t& pending_reports,
+                          TakeEnd&& take_end) {
+    while (pending_reports > 0) {
+        std::vector<ConnId> ids;
+        for (const auto& [id, c] : conns)
+            if (c->report_pending) ids.push_back(id);
+        if (ids.empty()) {  // cannot happen; never spin on a miscount
+            pending_reports = 0;
+            break;
+        }
+        std::sort(ids.begin(), ids.end());
+        for (ConnId id : ids) {
+            auto it = conns.find(id);
+            if (it == conns.end() || !it->second->report_pending) continue;
+            const ConnEndReport r = take_end(*it->second);
+            --pending_reports;
+            if (r.kind == ConnEndReport::Kind::ConnectFailed)
+                handler.on_connected(id, false, r.reason);
+            else if (r.kind == ConnEndReport::Kind::Closed)
+                handler.on_closed(id, r.reason, r.frame_error);
+        }
+    }
+}
+
+// Calls end_timeout(conn) for every connection still `connecting` past its deadline.
+template <typename ConnMap, typename State, typename EndTimeout>
+void expire_connect_deadlines(ConnMap& conns, State connecting, EndTimeout&& end_timeout) {
+    const auto now = std::chrono::steady_clock::now();
+    for (auto& [id, c] : conns)
+        if (c->state == connecting && c->deadline <= now) end_timeout(*c);
+}
+
+// Arms timerfd (CLOCK_MONOTONIC, absolute) at the earliest deadline of the
+// connections still `connecting`, or disarms it; armed says whether it is.
+template <typename ConnMap, typename State>
+void rearm_connect_timer(int timerfd, bool& armed, const ConnMap& conns, State connecting) {
+    bool any = false;
+    std::chrono::steady_clock::time_point earliest;
+    for (const auto& [id, c] : conns) {
+        if (c->state != connecting) continue;
+        if (!any || c->deadline < earliest) earliest = c->deadline;
+        any = true;
+    }
+    if (!any && !armed) return;
+    itimerspec spec{};
+    if (any) {
+        // steady_clock is CLOCK_MONOTONIC on Linux; 0 would disarm, so use >= 1 ns.
+        const auto ns = std::max<int64_t>(
+            1, std::chrono::duration_cast<std::chrono::nanoseconds>(earliest.time_since_epoch())
+                   .count());
+        spec.it_value.tv_sec = ns / 1000000000;
+        spec.it_value.tv_nsec = ns % 1000000000;
+    }
+    timerfd_settime(timerfd, TFD_TIMER_ABSTIME, &spec, nullptr);
+    armed = any;
+}
+
+// The outcome of listen() on every resolved address: true if any is bound,
+// else false with *error naming the first failure.
+inline bool listen_outcome(size_t bound, const std::string& first_error, std::string* error) {
+    if (bound == 0) *error = "cannot listen: " + first_error;
+    return bound > 0;
+}
+
+// Sets *error to text where out of memory must not escape (in a catch block).
+inline void set_error_nothrow(std::string* error, const char* text) noexcept {
+    try {
+        *error = text;
+    } catch (...) {
+    }
+}
+
+}  // namespace pgrac::tiers
