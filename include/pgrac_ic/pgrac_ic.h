@@ -109,6 +109,54 @@ extern int pgrac_ic_rpc(int node, uint16_t msg_type, uint32_t route_key, const v
 /* A short constant text for a status code, e.g. "peer unreachable". */
 extern const char* pgrac_ic_strerror(int status);
 
+/*
+ * Global Enqueue Service: cluster-wide locks with session-level semantics, as
+ * pg_advisory_lock (the SQL functions pgrac_ges_* are built on these). Call
+ * from a backend. Locking a resource this session holds in another mode
+ * converts it; in the same mode it counts (unlock once per lock). A lock is
+ * released when the session ends, and when this instance dies.
+ */
+typedef enum pgrac_ges_mode {
+    PGRAC_GES_NL = 0, /* null: holds the resource's place, blocks nobody */
+    PGRAC_GES_CR = 1, /* concurrent read */
+    PGRAC_GES_CW = 2, /* concurrent write */
+    PGRAC_GES_PR = 3, /* protected read (shared) */
+    PGRAC_GES_PW = 4, /* protected write */
+    PGRAC_GES_EX = 5  /* exclusive */
+} pgrac_ges_mode;
+
+/* Largest resource name, in bytes. */
+#define PGRAC_GES_MAX_NAME 64
+
+/*
+ * Takes (or converts to) `mode` on a resource named by text or by a 64-bit id.
+ * timeout_ms: -1 waits for the grant, 0 does not wait (NOWAIT), > 0 waits that
+ * long. Returns 1 when granted, 0 when not granted in time. Raises a
+ * PostgreSQL ERROR for a deadlock victim (SQLSTATE 40P01), a query cancel, a
+ * name longer than PGRAC_GES_MAX_NAME, or an interconnect failure.
+ */
+extern int pgrac_ges_lock_name(const char* resource, pgrac_ges_mode mode, int timeout_ms);
+extern int pgrac_ges_lock_id(int64_t resource, pgrac_ges_mode mode, int timeout_ms);
+/* Releases one level of a lock this session holds; 0 (and a WARNING) if not held. */
+extern int pgrac_ges_unlock_name(const char* resource);
+extern int pgrac_ges_unlock_id(int64_t resource);
+/* Releases every global lock of this session; returns how many resources. */
+extern int pgrac_ges_unlock_all_locks(void);
+
+/*
+ * Cache Fusion: the current image of blocks, served by `node` from its buffer
+ * pool (read in from storage if they are not there), named by BufferTag.
+ * Fetches `count` (>= 1) consecutive blocks from `first`, stopping at the end
+ * of the fork; `pages` receives BLCKSZ bytes per block and `lsns` (may be
+ * NULL) each page's LSN. Returns the number of blocks fetched. Raises a
+ * PostgreSQL ERROR for a missing or dropped relation, a first block past the
+ * end, or an interconnect failure. Privileges are the caller's business (the
+ * SQL functions check SELECT on the relation).
+ */
+extern int pgrac_cf_fetch_blocks(int node, uint32_t spcoid, uint32_t dboid, uint32_t relnumber,
+                                 int forknum, uint32_t first, int count, void* pages,
+                                 uint64_t* lsns);
+
 #ifdef __cplusplus
 }
 #endif

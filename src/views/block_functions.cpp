@@ -141,11 +141,15 @@ Datum pgrac_fetch_block_tag(PG_FUNCTION_ARGS) {
     if (blk < 0 || blk > static_cast<int64>(MaxBlockNumber))
         ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                         errmsg("block number %lld is out of range", static_cast<long long>(blk))));
-    rq.first = static_cast<uint32_t>(blk);
-    rq.count = 1;
-    uint32_t nblocks, n;
-    const uint8_t* buf = fetch(node, rq, &nblocks, &n);
-    PG_RETURN_BYTEA_P(page_bytea(buf + kBlockReplyHeader));
+    // Through the C API, so that the SQL tests exercise it too.
+    bytea* out = static_cast<bytea*>(palloc(VARHDRSZ + kBlockSize));
+    SET_VARSIZE(out, VARHDRSZ + kBlockSize);
+    if (pgrac_cf_fetch_blocks(node, rq.spc, rq.db, rq.rel, rq.fork, static_cast<uint32_t>(blk), 1,
+                              VARDATA(out), nullptr) != 1)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("block %lld is past the end of the relation on node %d",
+                               static_cast<long long>(blk), node)));
+    PG_RETURN_BYTEA_P(out);
 }
 
 // pgrac_fetch_blocks(node, rel, first, count, fork) -> (blkno, lsn, page):
@@ -224,4 +228,37 @@ Datum pgrac_fetch_block_bench(PG_FUNCTION_ARGS) {
     bool nulls[4] = {false, false, false, false};
     tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, v, nulls);
     return (Datum)0;
+}
+
+// ---- the C API (include/pgrac_ic/pgrac_ic.h) for upper layers
+extern "C" int pgrac_cf_fetch_blocks(int node, uint32_t spcoid, uint32_t dboid, uint32_t relnumber,
+                                     int forknum, uint32_t first, int count, void* pages,
+                                     uint64_t* lsns) {
+    if (count < 1 || pages == nullptr || forknum < 0 || forknum > MAX_FORKNUM)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("pgrac_cf_fetch_blocks: count must be at least 1, pages set and "
+                               "the fork valid")));
+    BlockRequest rq;
+    rq.spc = spcoid;
+    rq.db = dboid;
+    rq.rel = relnumber;
+    rq.fork = static_cast<uint8_t>(forknum);
+    rq.first = first;
+    int done = 0;
+    while (done < count) {
+        CHECK_FOR_INTERRUPTS();
+        rq.count = static_cast<uint16_t>(Min(static_cast<int>(kMaxBlocksPerReply), count - done));
+        uint32_t nblocks, n;
+        uint8_t* buf = fetch(node, rq, &nblocks, &n);
+        const uint8_t* e = buf + kBlockReplyHeader;
+        for (uint32_t i = 0; i < n; i++, e += kBlockEntryHeader + kBlockSize, done++) {
+            std::memcpy(static_cast<uint8_t*>(pages) + static_cast<size_t>(done) * kBlockSize,
+                        e + kBlockEntryHeader, kBlockSize);
+            if (lsns != nullptr) lsns[done] = get_u64(e + 4);
+        }
+        pfree(buf);
+        if (static_cast<uint64_t>(rq.first) + n >= nblocks) break;
+        rq.first += n;
+    }
+    return done;
 }

@@ -419,9 +419,10 @@ Datum pgrac_ges_lock_text(PG_FUNCTION_ARGS) {
     PG_RETURN_BOOL(ges_lock(r, parse_mode(PG_GETARG_TEXT_PP(1)), PG_GETARG_INT32(2)));
 }
 
+// The bigint forms go through the C API, so that SQL tests exercise it too.
 Datum pgrac_ges_lock_int(PG_FUNCTION_ARGS) {
-    const ResourceName r = ResourceName::from_int(PG_GETARG_INT64(0));
-    PG_RETURN_BOOL(ges_lock(r, parse_mode(PG_GETARG_TEXT_PP(1)), PG_GETARG_INT32(2)));
+    const auto mode = static_cast<pgrac_ges_mode>(parse_mode(PG_GETARG_TEXT_PP(1)));
+    PG_RETURN_BOOL(pgrac_ges_lock_id(PG_GETARG_INT64(0), mode, PG_GETARG_INT32(2)) != 0);
 }
 
 Datum pgrac_ges_unlock_text(PG_FUNCTION_ARGS) {
@@ -429,7 +430,7 @@ Datum pgrac_ges_unlock_text(PG_FUNCTION_ARGS) {
 }
 
 Datum pgrac_ges_unlock_int(PG_FUNCTION_ARGS) {
-    PG_RETURN_BOOL(ges_unlock(ResourceName::from_int(PG_GETARG_INT64(0))));
+    PG_RETURN_BOOL(pgrac_ges_unlock_id(PG_GETARG_INT64(0)) != 0);
 }
 
 // Releases every global lock of this session; returns how many resources.
@@ -557,4 +558,45 @@ Datum pgrac_ges_bench(PG_FUNCTION_ARGS) {
     bool n[4] = {false, false, false, false};
     tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, v, n);
     return (Datum)0;
+}
+
+// ---- the C API (include/pgrac_ic/pgrac_ic.h) for upper layers
+
+namespace {
+
+LockMode api_mode(pgrac_ges_mode mode) {
+    if (static_cast<int>(mode) < 0 || static_cast<int>(mode) >= pgrac::ic::ges::kLockModeCount)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("invalid global lock mode %d", static_cast<int>(mode))));
+    return static_cast<LockMode>(mode);
+}
+
+ResourceName api_name(const char* resource) {
+    if (resource == nullptr)
+        ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                        errmsg("global lock resource name must not be NULL")));
+    text* t = cstring_to_text_with_len(resource, static_cast<int>(strnlen(resource, 4096)));
+    return text_resource(t);
+}
+
+}  // namespace
+
+extern "C" int pgrac_ges_lock_name(const char* resource, pgrac_ges_mode mode, int timeout_ms) {
+    return ges_lock(api_name(resource), api_mode(mode), timeout_ms) ? 1 : 0;
+}
+
+extern "C" int pgrac_ges_lock_id(int64_t resource, pgrac_ges_mode mode, int timeout_ms) {
+    return ges_lock(ResourceName::from_int(resource), api_mode(mode), timeout_ms) ? 1 : 0;
+}
+
+extern "C" int pgrac_ges_unlock_name(const char* resource) {
+    return ges_unlock(api_name(resource)) ? 1 : 0;
+}
+
+extern "C" int pgrac_ges_unlock_id(int64_t resource) {
+    return ges_unlock(ResourceName::from_int(resource)) ? 1 : 0;
+}
+
+extern "C" int pgrac_ges_unlock_all_locks(void) {
+    return DatumGetInt32(DirectFunctionCall1(pgrac_ges_unlock_all, Int32GetDatum(0)));
 }
