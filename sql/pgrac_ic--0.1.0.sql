@@ -90,6 +90,15 @@ AS 'MODULE_PATHNAME', 'pgrac_ic_seq_rpc' LANGUAGE C STRICT VOLATILE;
 COMMENT ON FUNCTION pgrac_ic_seq_rpc(int, int, bigint) IS
     'Exactly-once probe: applies seq to a numbered stream on node; returns applied, duplicate or reordered';
 
+CREATE FUNCTION pgrac_ic_stream(node int, payload_bytes int DEFAULT 64,
+                                messages int DEFAULT 100000,
+                                OUT messages_sent bigint, OUT seconds float8,
+                                OUT msgs_per_sec float8, OUT mbytes_per_sec float8)
+RETURNS record
+AS 'MODULE_PATHNAME', 'pgrac_ic_stream' LANGUAGE C STRICT VOLATILE;
+COMMENT ON FUNCTION pgrac_ic_stream(int, int, int) IS
+    'Streaming throughput to a node: one-way notes on one route, timed until the receiving LMS worker has handled them all (mbytes_per_sec counts payload bytes, 1 MB = 10^6 bytes)';
+
 -- ================================================================ GES and Cache Fusion
 -- Global Enqueue Service locks (session-level, as pg_advisory_lock) and Cache
 -- Fusion block shipping. docs/ges.md and docs/cache_fusion.md describe them.
@@ -182,7 +191,7 @@ COMMENT ON FUNCTION pgrac_fetch_block_bench(int, regclass, int, int) IS
 REVOKE ALL ON FUNCTION pgrac_ic_status(), pgrac_ic_counters(), pgrac_ic_errors(),
     pgrac_ic_error_totals(), pgrac_ic_peers(), pgrac_ic_ping(int),
     pgrac_ic_bench(int, int, int), pgrac_ic_broadcast(bytea),
-    pgrac_ic_seq_rpc(int, int, bigint) FROM PUBLIC;
+    pgrac_ic_seq_rpc(int, int, bigint), pgrac_ic_stream(int, int, int) FROM PUBLIC;
 REVOKE ALL ON pg_cluster_rdma_status, pg_cluster_rdma_counters, pg_cluster_rdma_errors,
     pg_cluster_rdma_error_totals, pg_cluster_ic_peers FROM PUBLIC;
 -- GES and Cache Fusion move locks and raw blocks: superuser or a granted role.

@@ -40,6 +40,17 @@ ok( $c->node(1)->poll_query_until('postgres',
 		'SELECT notes_recv = 1 FROM pg_cluster_ic_peers WHERE node_id = 3'),
 	"node 1 received node 3's broadcast");
 
+# A stream of one-way notes, closed by a ping on the same route: each note is
+# handled exactly once on node 2 by the time the stream returns.
+my $notes_before = $c->node(2)->safe_psql('postgres',
+	'SELECT notes_recv FROM pg_cluster_ic_peers WHERE node_id = 1');
+is( $c->node(1)->safe_psql('postgres',
+		'SELECT messages_sent FROM pgrac_ic_stream(2, 64, 20000)'),
+	'20000', 'stream of 20000 notes from node 1 to node 2');
+is( $c->node(2)->safe_psql('postgres',
+		'SELECT notes_recv FROM pg_cluster_ic_peers WHERE node_id = 1'),
+	$notes_before + 20000, 'node 2 handled each streamed note exactly once');
+
 # Views: every peer UP with a heartbeat RTT, a shared epoch, per-peer counters.
 my $peers = $c->node(2)->safe_psql('postgres',
 	q{SELECT string_agg(node_id || ':' || state || ':' || is_self || ':' || paths_up || '/' || paths

@@ -5,7 +5,7 @@
 // trip per iteration, timed in the client with CLOCK_MONOTONIC.
 //
 //   tcp_pingpong [--sizes 64,8192] [--iterations 20000] [--warmup 2000]
-//                [--host 127.0.0.1] [--port 0] [--busy-poll]
+//                [--host 127.0.0.1] [--port 0] [--busy-poll] [--stream N]
 //
 // By default one binary does both sides: it binds a listening socket (port 0:
 // the kernel picks a free one, so parallel runs never collide), forks an echo
@@ -15,6 +15,14 @@
 // sake, each recv() passes MSG_DONTWAIT). Prints one line per size:
 //   tcp_pingpong size=64 iterations=20000 p50_us=.. p99_us=.. p999_us=.. mean_us=..
 //                ops_per_sec=..
+//
+// --stream N: streaming throughput instead of round trips. Per size the
+// client writes N messages back to back (one send() each, TCP_NODELAY on),
+// the server reads them all (in large reads) and then replies once; timed
+// from the first write to that reply, after a warmup stream of --warmup
+// messages. Prints one line per size (MB = 10^6 payload bytes):
+//   tcp_pingpong mode=stream size=64 messages=N seconds=.. msgs_per_sec=..
+//                mbytes_per_sec=..
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -47,6 +55,7 @@ struct Options {
     bool server_only = false;
     bool client_only = false;
     bool busy_poll = false;
+    long stream = 0;  // --stream N: messages per stream; 0 = ping-pong
 };
 
 // --busy-poll: both sides spin on nonblocking recv() instead of sleeping in
@@ -54,6 +63,10 @@ struct Options {
 bool g_busy_poll = false;
 
 constexpr size_t kMaxSize = 1 << 20;
+// A size header with this bit set starts a stream: a u32 message count
+// follows, then count messages of that size; the server replies with the
+// count as 4 bytes once it has read them all.
+constexpr uint32_t kStreamBit = 0x80000000u;
 
 [[noreturn]] void die(const char* what) {
     std::fprintf(stderr, "tcp_pingpong: %s: %s\n", what, std::strerror(errno));
@@ -64,7 +77,7 @@ constexpr size_t kMaxSize = 1 << 20;
     std::fprintf(stderr,
                  "usage: tcp_pingpong [--sizes 64,8192] [--iterations N] [--warmup N]\n"
                  "                    [--host 127.0.0.1] [--port P] [--busy-poll]\n"
-                 "                    [--server | --client]\n");
+                 "                    [--stream N] [--server | --client]\n");
     std::exit(2);
 }
 
@@ -128,8 +141,31 @@ int listen_on(const std::string& host, int port, int* bound_port) {
     return fd;
 }
 
+// Stream sink: reads count messages of size bytes (as they come, in reads of
+// up to the buffer's size), then replies with the count.
+bool sink_stream(int fd, uint32_t size, std::vector<uint8_t>& buf) {
+    uint32_t count = 0;
+    if (!read_full(fd, reinterpret_cast<uint8_t*>(&count), sizeof count)) return false;
+    uint64_t left = static_cast<uint64_t>(count) * size;
+    while (left > 0) {
+        const size_t n = static_cast<size_t>(std::min<uint64_t>(left, buf.size()));
+        const ssize_t r = recv(fd, buf.data(), n, g_busy_poll ? MSG_DONTWAIT : 0);
+        if (r > 0) {
+            left -= static_cast<uint64_t>(r);
+        } else if (r == 0) {
+            return false;
+        } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            __builtin_ia32_pause();
+        } else if (errno != EINTR) {
+            die("recv");
+        }
+    }
+    write_full(fd, reinterpret_cast<const uint8_t*>(&count), sizeof count);
+    return true;
+}
+
 // Echo server: the client first sends the message size as 4 bytes, then
-// ping-pongs; a size of 0 ends the connection.
+// ping-pongs (or streams, kStreamBit); a size of 0 ends the connection.
 void serve(int lfd) {
     const int fd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) die("accept");
@@ -138,6 +174,10 @@ void serve(int lfd) {
     for (;;) {
         uint32_t size = 0;
         if (!read_full(fd, reinterpret_cast<uint8_t*>(&size), sizeof size) || size == 0) break;
+        if (size & kStreamBit) {
+            if ((size & ~kStreamBit) > kMaxSize || !sink_stream(fd, size & ~kStreamBit, buf)) break;
+            continue;
+        }
         if (size > kMaxSize) {
             std::fprintf(stderr, "tcp_pingpong server: size %u too large\n", size);
             std::exit(2);
@@ -156,6 +196,34 @@ void serve(int lfd) {
     close(fd);
 }
 
+// One stream of count messages of size bytes; returns the ns from the first
+// write to the server's reply.
+uint64_t stream_once(int fd, size_t size, uint32_t count, const std::vector<uint8_t>& out) {
+    const uint32_t header[2] = {static_cast<uint32_t>(size) | kStreamBit, count};
+    write_full(fd, reinterpret_cast<const uint8_t*>(header), sizeof header);
+    const uint64_t t0 = now_ns();
+    for (uint32_t i = 0; i < count; i++) write_full(fd, out.data(), size);
+    uint32_t got = 0;
+    if (!read_full(fd, reinterpret_cast<uint8_t*>(&got), sizeof got) || got != count) {
+        std::fprintf(stderr, "tcp_pingpong: stream of %u messages not confirmed\n", count);
+        std::exit(2);
+    }
+    return now_ns() - t0;
+}
+
+void run_stream_client(const Options& o, int fd, const std::vector<uint8_t>& out) {
+    for (size_t size : o.sizes) {
+        if (o.warmup > 0) stream_once(fd, size, static_cast<uint32_t>(o.warmup), out);
+        const uint32_t n = static_cast<uint32_t>(o.stream);
+        const double seconds = static_cast<double>(stream_once(fd, size, n, out)) / 1e9;
+        std::printf(
+            "tcp_pingpong mode=stream size=%zu messages=%u seconds=%.4f msgs_per_sec=%.0f "
+            "mbytes_per_sec=%.1f\n",
+            size, n, seconds, n / seconds, static_cast<double>(n) * size / seconds / 1e6);
+        std::fflush(stdout);
+    }
+}
+
 void run_client(const Options& o, int port) {
     const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) die("socket");
@@ -169,7 +237,9 @@ void run_client(const Options& o, int port) {
     std::vector<uint8_t> out(kMaxSize), in(kMaxSize);
     for (size_t i = 0; i < kMaxSize; i++) out[i] = static_cast<uint8_t>(i * 131 + 7);
     out[0] = 0x01;
-    for (size_t size : o.sizes) {
+    if (o.stream > 0) run_stream_client(o, fd, out);
+    const std::vector<size_t> none;
+    for (size_t size : o.stream > 0 ? none : o.sizes) {
         const uint32_t s32 = static_cast<uint32_t>(size);
         write_full(fd, reinterpret_cast<const uint8_t*>(&s32), sizeof s32);
         std::vector<uint64_t> samples(static_cast<size_t>(o.iterations));
@@ -244,6 +314,9 @@ Options parse(int argc, char** argv) {
             o.port = std::atoi(value().c_str());
         } else if (a == "--busy-poll") {
             o.busy_poll = true;
+        } else if (a == "--stream") {
+            o.stream = std::strtol(value().c_str(), nullptr, 10);
+            if (o.stream < 1 || o.stream > 1000000000L) usage();
         } else if (a == "--server") {
             o.server_only = true;
         } else if (a == "--client") {
