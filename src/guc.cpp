@@ -10,6 +10,7 @@ extern "C" {
 #include <string>
 
 #include "guc.hpp"
+#include "pg_boundary.hpp"
 #include "ic/handshake.hpp"
 #include "ic/node_list.hpp"
 #include "ic/shared_state.hpp"
@@ -96,11 +97,15 @@ bool check_cluster_name(char** newval, void**, GucSource) {
 
 bool check_nodes(char** newval, void**, GucSource) {
     char err[512] = "";
-    {
-        std::string error;
-        auto parsed = pgrac::ic::parse_node_list(*newval ? *newval : "", &error);
-        if (!parsed) std::snprintf(err, sizeof err, "%s", error.c_str());
-    }
+    const char* text = *newval ? *newval : "";
+    if (!guarded(
+            [&] {
+                std::string error;
+                if (!pgrac::ic::parse_node_list(text, &error))
+                    std::snprintf(err, sizeof err, "%s", error.c_str());
+            },
+            err, sizeof err))
+        std::snprintf(err, sizeof err, "cannot be read (out of memory)");
     if (err[0] != '\0') {
         GUC_check_errdetail("cluster.nodes: %s.", err);
         remember_rejection("cluster.nodes", err);
@@ -207,6 +212,10 @@ void define_settings() {
     MarkGUCPrefixReserved("cluster");
 }
 
+namespace {
+void check_combination(char* err, size_t errlen, char* hint, size_t hintlen);
+}  // namespace
+
 void check_settings_together() {
     char err[512] = "";
     char hint[256] = "";
@@ -214,41 +223,53 @@ void check_settings_together() {
         ereport(FATAL, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("%s", g_rejected),
                         errhint("Fix the setting in postgresql.conf; pgrac_ic does not start "
                                 "with a cluster identity it cannot read.")));
+    // Everything that allocates runs under guarded(): an exception must not
+    // reach the postmaster's frames.
+    char oom[128] = "";
+    if (!guarded([&] { check_combination(err, sizeof err, hint, sizeof hint); }, oom, sizeof oom))
+        std::snprintf(err, sizeof err, "cluster settings cannot be checked: %s", oom);
+    if (err[0] != '\0')
+        ereport(FATAL, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("%s", err),
+                        hint[0] ? errhint("%s", hint) : 0));
+}
+
+namespace {
+
+void check_combination(char* err, size_t errlen, char* hint, size_t hintlen) {
     {
         std::string error;
         auto nodes = pgrac::ic::parse_node_list(pgrac_nodes ? pgrac_nodes : "", &error);
         bool multi = nodes && nodes->size() > 1;
         if (nodes && !nodes->empty() && !pgrac::ic::find_node(*nodes, pgrac_node_id)) {
-            std::snprintf(err, sizeof err, "cluster.node_id %d is not listed in cluster.nodes",
+            std::snprintf(err, errlen, "cluster.node_id %d is not listed in cluster.nodes",
                           pgrac_node_id);
-            std::snprintf(hint, sizeof hint,
+            std::snprintf(hint, hintlen,
                           "Add \"%d@host:port\" to cluster.nodes or fix "
                           "cluster.node_id.",
                           pgrac_node_id);
         } else if (pgrac_peer_timeout_ms < 2 * pgrac_heartbeat_interval_ms) {
-            std::snprintf(err, sizeof err,
+            std::snprintf(err, errlen,
                           "cluster.peer_timeout (%d ms) must be at least twice "
                           "cluster.heartbeat_interval (%d ms)",
                           pgrac_peer_timeout_ms, pgrac_heartbeat_interval_ms);
-            std::snprintf(hint, sizeof hint,
+            std::snprintf(hint, hintlen,
                           "Raise cluster.peer_timeout or lower "
                           "cluster.heartbeat_interval.");
         } else if (multi && pgrac_tier_requested != static_cast<int>(Tier::Stub)) {
             if (!pgrac_auth_key_file || !*pgrac_auth_key_file) {
-                std::snprintf(err, sizeof err,
+                std::snprintf(err, errlen,
                               "cluster.auth_key_file must be set when cluster.nodes lists "
                               "other nodes");
-                std::snprintf(hint, sizeof hint,
+                std::snprintf(hint, hintlen,
                               "Create a key with \"openssl rand -hex 32 > "
                               "FILE; chmod 0600 FILE\" and copy it to every node.");
             } else if (!pgrac::ic::load_key_file(pgrac_auth_key_file, &error)) {
-                std::snprintf(err, sizeof err, "cluster.auth_key_file: %s", error.c_str());
+                std::snprintf(err, errlen, "cluster.auth_key_file: %s", error.c_str());
             }
         }
     }
-    if (err[0] != '\0')
-        ereport(FATAL, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("%s", err),
-                        hint[0] ? errhint("%s", hint) : 0));
 }
+
+}  // namespace
 
 }  // namespace pgrac::glue

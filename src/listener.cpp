@@ -209,7 +209,15 @@ void pgrac_ic_listener_main(Datum) {
         if (ConfigReloadPending) {
             ConfigReloadPending = false;
             ProcessConfigFile(PGC_SIGHUP);
-            g_engine->set_timing(pgrac_heartbeat_interval_ms, pgrac_peer_timeout_ms);
+            // The start-up rule (timeout at least two heartbeats) holds for
+            // reloads too: a peer would otherwise be DOWN between heartbeats.
+            if (pgrac_peer_timeout_ms >= 2 * pgrac_heartbeat_interval_ms)
+                g_engine->set_timing(pgrac_heartbeat_interval_ms, pgrac_peer_timeout_ms);
+            else
+                ereport(WARNING,
+                        (errmsg("pgrac_ic: cluster.peer_timeout (%d ms) must be at least twice "
+                                "cluster.heartbeat_interval (%d ms); keeping the previous values",
+                                pgrac_peer_timeout_ms, pgrac_heartbeat_interval_ms)));
         }
         // Busy-poll while traffic flows: the next frame or ring record is
         // usually a few microseconds away, and a sleep/wakeup costs more.
