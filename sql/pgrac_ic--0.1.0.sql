@@ -127,7 +127,7 @@ COMMENT ON FUNCTION pgrac_ges_unlock(bigint) IS
     'Releases one level of a cluster-wide lock named by a bigint';
 
 CREATE FUNCTION pgrac_ges_unlock_all() RETURNS int
-AS 'MODULE_PATHNAME', 'pgrac_ges_unlock_all' LANGUAGE C STRICT VOLATILE;
+AS 'MODULE_PATHNAME', 'pgrac_ges_unlock_all_sql' LANGUAGE C STRICT VOLATILE;
 COMMENT ON FUNCTION pgrac_ges_unlock_all() IS
     'Releases every cluster-wide lock of this session; returns how many resources it held';
 

@@ -141,7 +141,7 @@ extern int pgrac_ges_lock_id(int64_t resource, pgrac_ges_mode mode, int timeout_
 extern int pgrac_ges_unlock_name(const char* resource);
 extern int pgrac_ges_unlock_id(int64_t resource);
 /* Releases every global lock of this session; returns how many resources. */
-extern int pgrac_ges_unlock_all_locks(void);
+extern int pgrac_ges_unlock_all(void);
 
 /*
  * Cache Fusion: the current image of blocks, served by `node` from its buffer

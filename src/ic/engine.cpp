@@ -270,23 +270,19 @@ void Engine::on_backoff(Peer& p, const FrameHeader& h, const uint8_t* payload) {
 void Engine::transmit_held(Peer& p, int64_t now) {
     if (now < p.hold_until_us) return;
     for (Lane& l : p.lanes)
-        if (l.up && l.transmitted != l.session.last_sent())
-            transmit_after(p, l, l.conn, l.transmitted);
+        if (l.up && l.transmitted != l.session.last_sent()) transmit_after(l, l.transmitted);
 }
 
 // Sends, in order, the retained frames after seq `after` (a reconnect's resend,
 // or what a backoff held).
-void Engine::transmit_after(Peer& p, Lane& l, tiers::ConnId conn, uint32_t after) {
-    (void)p;
-    for (const std::vector<uint8_t>* f : l.session.frames_after(after)) {
-        iovec iov{const_cast<uint8_t*>(f->data()), f->size()};
-        if (!transport_->send(conn, &iov, 1)) {
-            close_conn(conn);
+void Engine::transmit_after(Lane& l, uint32_t after) {
+    for (const Session::Held& h : l.session.frames_after(after)) {
+        iovec iov{const_cast<uint8_t*>(h.frame->data()), h.frame->size()};
+        if (!transport_->send(l.conn, &iov, 1)) {
+            close_conn(l.conn);
             return;
         }
-        const uint8_t* seq = f->data() + 12;  // the header's sequence number, little-endian
-        l.transmitted = static_cast<uint32_t>(seq[0]) | static_cast<uint32_t>(seq[1]) << 8 |
-                        static_cast<uint32_t>(seq[2]) << 16 | static_cast<uint32_t>(seq[3]) << 24;
+        l.transmitted = h.seq;
     }
 }
 

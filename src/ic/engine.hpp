@@ -143,7 +143,7 @@ class Engine final : public tiers::TransportHandler, public HandshakePolicy {
     void signal_backoff(Peer& p);
     void on_backoff(Peer& p, const FrameHeader& h, const uint8_t* payload);
     void transmit_held(Peer& p, int64_t now_us);
-    void transmit_after(Peer& p, Lane& l, tiers::ConnId conn, uint32_t after);
+    void transmit_after(Lane& l, uint32_t after);
     void drain_overflow();
     void fail_rpc(uint64_t rpc_id, uint32_t status);
     void fail_outstanding(uint16_t node, uint32_t status);

@@ -408,7 +408,7 @@ void Engine::establish(tiers::ConnId id, Conn& c) {
     on_ack(p, l, peer_has);  // what it has is acked (and accounted)
     const uint32_t was_transmitted = l.transmitted;
     l.transmitted = peer_has;
-    transmit_after(p, l, id, peer_has);
+    transmit_after(l, peer_has);  // l.conn is id by now
     if (seq_after(was_transmitted, peer_has)) {
         const uint32_t upto =
             seq_after(l.transmitted, was_transmitted) ? was_transmitted : l.transmitted;

@@ -52,10 +52,10 @@ std::vector<const std::vector<uint8_t>*> Session::resend_after(uint32_t peer_las
     return frames;
 }
 
-std::vector<const std::vector<uint8_t>*> Session::frames_after(uint32_t seq) const {
-    std::vector<const std::vector<uint8_t>*> frames;
+std::vector<Session::Held> Session::frames_after(uint32_t seq) const {
+    std::vector<Held> frames;
     for (const Retained& r : unacked_)
-        if (seq_after(r.seq, seq)) frames.push_back(&r.frame);
+        if (seq_after(r.seq, seq)) frames.push_back(Held{r.seq, &r.frame});
     return frames;
 }
 

@@ -44,7 +44,11 @@ class Session {
     // Drops the ones it has. The caller sends them again.
     std::vector<const std::vector<uint8_t>*> resend_after(uint32_t peer_last_received);
     // Retained frames with a sequence number after `seq`, in order; acks nothing.
-    std::vector<const std::vector<uint8_t>*> frames_after(uint32_t seq) const;
+    struct Held {
+        uint32_t seq;
+        const std::vector<uint8_t>* frame;
+    };
+    std::vector<Held> frames_after(uint32_t seq) const;
     size_t unacked_msgs() const { return unacked_.size(); }
     size_t unacked_bytes() const { return unacked_bytes_; }
     uint32_t last_sent() const { return next_seq_ - 1; }

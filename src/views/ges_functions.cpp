@@ -26,7 +26,7 @@ PG_FUNCTION_INFO_V1(pgrac_ges_lock_text);
 PG_FUNCTION_INFO_V1(pgrac_ges_lock_int);
 PG_FUNCTION_INFO_V1(pgrac_ges_unlock_text);
 PG_FUNCTION_INFO_V1(pgrac_ges_unlock_int);
-PG_FUNCTION_INFO_V1(pgrac_ges_unlock_all);
+PG_FUNCTION_INFO_V1(pgrac_ges_unlock_all_sql);
 PG_FUNCTION_INFO_V1(pgrac_ges_locks);
 PG_FUNCTION_INFO_V1(pgrac_ges_resource);
 PG_FUNCTION_INFO_V1(pgrac_ges_bench);
@@ -434,17 +434,8 @@ Datum pgrac_ges_unlock_int(PG_FUNCTION_ARGS) {
 }
 
 // Releases every global lock of this session; returns how many resources.
-Datum pgrac_ges_unlock_all(PG_FUNCTION_ARGS) {
-    const int n = g_nheld;
-    if (g_used) {
-        prepare();
-        const int rc = send_release_all(-1);
-        // Locks stay recorded as held unless every worker got the ReleaseAll.
-        if (rc != PGRAC_IC_OK)
-            pgrac::glue::raise_status(rc, pgrac_node_id, "global lock release", nullptr, 0);
-    }
-    g_nheld = 0;
-    PG_RETURN_INT32(n);
+Datum pgrac_ges_unlock_all_sql(PG_FUNCTION_ARGS) {
+    PG_RETURN_INT32(pgrac_ges_unlock_all());
 }
 
 // Where a resource is mastered now, and which LMS worker owns it there.
@@ -597,6 +588,15 @@ extern "C" int pgrac_ges_unlock_id(int64_t resource) {
     return ges_unlock(ResourceName::from_int(resource)) ? 1 : 0;
 }
 
-extern "C" int pgrac_ges_unlock_all_locks(void) {
-    return DatumGetInt32(DirectFunctionCall1(pgrac_ges_unlock_all, Int32GetDatum(0)));
+extern "C" int pgrac_ges_unlock_all(void) {
+    const int n = g_nheld;
+    if (g_used) {
+        prepare();
+        const int rc = send_release_all(-1);
+        // Locks stay recorded as held unless every worker got the ReleaseAll.
+        if (rc != PGRAC_IC_OK)
+            pgrac::glue::raise_status(rc, pgrac_node_id, "global lock release", nullptr, 0);
+    }
+    g_nheld = 0;
+    return n;
 }

@@ -265,8 +265,9 @@ TEST(Session, FramesAfterListsHeldFramesAndAcksNothing) {
     }
     const auto held = s.frames_after(3);
     ASSERT_EQ(held.size(), 3u);
-    EXPECT_EQ(seq_of(*held[0]), 4u);
-    EXPECT_EQ(seq_of(*held[2]), 6u);
+    EXPECT_EQ(held[0].seq, 4u);
+    EXPECT_EQ(seq_of(*held[0].frame), 4u);
+    EXPECT_EQ(seq_of(*held[2].frame), 6u);
     EXPECT_EQ(s.frames_after(0).size(), 6u) << "nothing was acked by looking";
     EXPECT_TRUE(s.frames_after(6).empty());
     s.on_ack(4);
