@@ -199,7 +199,9 @@ void Engine::send_message(Peer& p, int lane, uint16_t flags, const uint8_t* payl
 void Engine::on_message(Peer& p, int lane, tiers::ConnId conn, const FrameHeader& h,
                         const uint8_t* payload) {
     Lane& l = p.lanes[lane];
-    if (!(h.flags & kFlagRpcReply) && overflow_bytes_ >= kOverflowLimitBytes &&
+    // The same test deliver_to_lms() applies, made before the frame counts as
+    // received: a message that would not fit is never acknowledged.
+    if (!(h.flags & kFlagRpcReply) && !backlog_has_room(h.payload_len) &&
         seq_after(h.seq, l.session.last_received())) {
         // Not acknowledged, so not lost: the sender resends it after reconnecting.
         count(&p.shm->backpressure_stalls);
@@ -331,11 +333,12 @@ void Engine::deliver_to_lms(uint16_t src, uint16_t flags, const uint8_t* payload
         report(ErrorType::InboxFull, Severity::Warning, src,
                "LMS worker " + std::to_string(w) + " inbox full; holding messages in the listener");
     }
-    if (overflow_bytes_ + len > kOverflowLimitBytes) {
-        // Past this the listener would grow without bound: drop the message and
-        // fail the requester rather than take the instance down.
+    if (!backlog_has_room(len)) {
+        // Only a message to ourselves gets here (a peer's was refused before it
+        // was acknowledged): fail its requester rather than grow without bound.
+        if (flags & kFlagRpcRequest) fail_rpc(mh.rpc_id, PGRAC_IC_QUEUE_FULL);
         report(ErrorType::InboxFull, Severity::Error, src,
-               "message from node " + std::to_string(src) + " dropped: LMS backlog over " +
+               "message from node " + std::to_string(src) + " refused: LMS backlog over " +
                    std::to_string(kOverflowLimitBytes >> 20) + " MB");
         return;
     }
@@ -345,6 +348,10 @@ void Engine::deliver_to_lms(uint16_t src, uint16_t flags, const uint8_t* payload
     overflow_bytes_ += rec.size();
     overflow_[w].push_back(std::move(rec));
     lms_to_wake_ |= 1u << w;
+}
+
+bool Engine::backlog_has_room(uint32_t payload_len) const {
+    return overflow_bytes_ + sizeof(RingPrefix) + payload_len <= kOverflowLimitBytes;
 }
 
 void Engine::drain_overflow() {

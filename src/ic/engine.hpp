@@ -145,6 +145,8 @@ class Engine final : public tiers::TransportHandler, public HandshakePolicy {
     void transmit_held(Peer& p, int64_t now_us);
     void transmit_after(Lane& l, uint32_t after);
     void drain_overflow();
+    // Can the LMS backlog held in the listener take one more message?
+    bool backlog_has_room(uint32_t payload_len) const;
     void fail_rpc(uint64_t rpc_id, uint32_t status);
     void fail_outstanding(uint16_t node, uint32_t status);
     int choose_lane(const Peer& p, uint16_t flags, uint32_t route_key) const;
