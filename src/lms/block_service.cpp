@@ -23,6 +23,7 @@ extern "C" {
 
 #include "guc.hpp"
 #include "lms/block_service.hpp"
+#include "lms/handler_registry.hpp"
 #include "lms/ges_service.hpp"
 
 static_assert(pgrac::glue::kBlockSize == BLCKSZ, "kBlockSize must be BLCKSZ");
@@ -146,7 +147,7 @@ __attribute__((noinline)) int serve_blocks(RelFileNode rnode, ForkNumber forknum
 }  // namespace
 
 void register_block_handlers() {
-    pgrac_ic_register_handler(kMsgBlockFetch, "block fetch", block_fetch_handler);
+    put_handler(kMsgBlockFetch, "block fetch", block_fetch_handler);
 }
 
 }  // namespace pgrac::glue

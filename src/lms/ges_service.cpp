@@ -34,6 +34,7 @@ extern "C" {
 #include "ic/ges_lock_table.hpp"
 #include "ic/ges_wire.hpp"
 #include "lms/ges_service.hpp"
+#include "lms/handler_registry.hpp"
 #include "pg_boundary.hpp"
 #include "pgrac_ic/pgrac_ic.h"
 #include "shmem.hpp"
@@ -856,13 +857,13 @@ int ges_view_handler(const pgrac_ic_message* msg, pgrac_ic_reply* reply) {
 }  // namespace
 
 void register_ges_handlers() {
-    pgrac_ic_register_handler(kMsgGesClient, "ges client", ges_client_handler);
-    pgrac_ic_register_handler(kMsgGesMaster, "ges master", ges_master_handler);
-    pgrac_ic_register_handler(kMsgGesReply, "ges reply", ges_reply_handler);
-    pgrac_ic_register_handler(kMsgGesView, "ges view", ges_view_handler);
-    pgrac_ic_register_handler(kMsgGesDeadlock, "ges deadlock search", ges_deadlock_handler);
-    pgrac_ic_register_handler(kMsgGesRecover, "ges lms recovery", ges_recover_handler);
-    pgrac_ic_register_handler(kMsgGesRestore, "ges registry restore", ges_restore_handler);
+    put_handler(kMsgGesClient, "ges client", ges_client_handler);
+    put_handler(kMsgGesMaster, "ges master", ges_master_handler);
+    put_handler(kMsgGesReply, "ges reply", ges_reply_handler);
+    put_handler(kMsgGesView, "ges view", ges_view_handler);
+    put_handler(kMsgGesDeadlock, "ges deadlock search", ges_deadlock_handler);
+    put_handler(kMsgGesRecover, "ges lms recovery", ges_recover_handler);
+    put_handler(kMsgGesRestore, "ges registry restore", ges_restore_handler);
 }
 
 void lms_start(int worker_index) {

@@ -8,25 +8,26 @@
 
 namespace pgrac::glue {
 
-// Interconnect message types (one-way unless noted). Bodies are the GES wire
-// format (src/ic/ges_wire.hpp); route_key = ges::route_key_for(resource),
-// or the LMS worker index for resource-less messages (ReleaseAll, Replay).
-// kMsgGesDeadlock carries the cluster-wide deadlock search: WaitHint and Edges
-// to the coordinator's LMS 0 (route_key 0), EdgesRequest to LMS w (route_key w).
-inline constexpr uint16_t kMsgGesClient = 300;    // backend -> its own node's LMS
-inline constexpr uint16_t kMsgGesMaster = 301;    // client LMS -> master LMS
-inline constexpr uint16_t kMsgGesReply = 302;     // master LMS -> client LMS (Grant/Bast/Deny)
-inline constexpr uint16_t kMsgGesView = 303;      // RPC: one worker's lock table rows
-inline constexpr uint16_t kMsgGesDeadlock = 304;  // deadlock search (docs/ges.md), see below
+// Interconnect message types (one-way unless noted), in pgrac_ic's own range
+// (below PGRAC_IC_FIRST_USER_TYPE), so they never collide with an upper layer's. Bodies are the GES
+// wire format (src/ic/ges_wire.hpp); route_key = ges::route_key_for(resource), or the LMS worker
+// index for resource-less messages (ReleaseAll, Replay). kMsgGesDeadlock carries the cluster-wide
+// deadlock search: WaitHint and Edges to the coordinator's LMS 0 (route_key 0), EdgesRequest to LMS
+// w (route_key w).
+inline constexpr uint16_t kMsgGesClient = 16;    // backend -> its own node's LMS
+inline constexpr uint16_t kMsgGesMaster = 17;    // client LMS -> master LMS
+inline constexpr uint16_t kMsgGesReply = 18;     // master LMS -> client LMS (Grant/Bast/Deny)
+inline constexpr uint16_t kMsgGesView = 19;      // RPC: one worker's lock table rows
+inline constexpr uint16_t kMsgGesDeadlock = 20;  // deadlock search (docs/ges.md), see below
 // Recovery of a restarted LMS worker w (docs/ges.md, "LMS restart"): it sends
 // kMsgGesRecover (empty body, route_key w) to LMS w of every other live node;
 // each answers with a Replay to it (kMsgGesMaster: its registry's locks that
 // the restarted worker masters, last-batch marker included) and with
 // kMsgGesRestore (Replay-encoded: its table's locks owned by the restarted
 // worker's node, which rebuild that worker's client registry).
-inline constexpr uint16_t kMsgGesRecover = 305;
-inline constexpr uint16_t kMsgGesRestore = 306;
-inline constexpr uint16_t kMsgBlockFetch = 310;  // RPC: Cache Fusion block batch
+inline constexpr uint16_t kMsgGesRecover = 21;
+inline constexpr uint16_t kMsgGesRestore = 22;
+inline constexpr uint16_t kMsgBlockFetch = 32;  // RPC: Cache Fusion block batch
 
 // Registers the GES handlers (from _PG_init).
 void register_ges_handlers();
