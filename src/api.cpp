@@ -58,20 +58,10 @@ bool give_up(ReplySlot* slot) {
     }
 }
 
-// Disarms the caller's slot after a timeout or an early failure. If the
-// listener is filling it right now, waits the few instructions that takes.
+// Disarms the caller's slot after a timeout or an early failure: a reply that
+// arrived meanwhile (Done) is discarded too.
 void disarm(ReplySlot* slot) {
-    for (;;) {
-        uint32_t expected = static_cast<uint32_t>(SlotState::Waiting);
-        if (compare_exchange(&slot->state, &expected, static_cast<uint32_t>(SlotState::Idle)))
-            return;
-        if (expected == static_cast<uint32_t>(SlotState::Done) ||
-            expected == static_cast<uint32_t>(SlotState::Idle)) {
-            store_release(&slot->state, static_cast<uint32_t>(SlotState::Idle));
-            return;
-        }
-        pg_spin_delay();
-    }
+    if (!give_up(slot)) store_release(&slot->state, static_cast<uint32_t>(SlotState::Idle));
 }
 
 }  // namespace

@@ -78,7 +78,10 @@ bool check_cluster_name(char** newval, void**, GucSource) {
     if (n == 0 || n > pgrac::ic::kMaxClusterName) {
         GUC_check_errdetail("cluster.name must be 1 to %d characters long.",
                             static_cast<int>(pgrac::ic::kMaxClusterName));
-        remember_rejection("cluster.name", "it must be 1 to 63 characters long");
+        char why[64];
+        std::snprintf(why, sizeof why, "it must be 1 to %d characters long",
+                      static_cast<int>(pgrac::ic::kMaxClusterName));
+        remember_rejection("cluster.name", why);
         return false;
     }
     for (size_t i = 0; i < n; i++) {

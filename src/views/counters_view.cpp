@@ -14,6 +14,7 @@ PG_FUNCTION_INFO_V1(pgrac_ic_counters);
 
 #include "ic/atomics.hpp"
 #include "shmem.hpp"
+#include "views/ic_errors.hpp"
 #include "views/srf.hpp"
 
 using namespace pgrac::ic;
@@ -105,8 +106,7 @@ void put_row(ReturnSetInfo* rsinfo, const IcShared* shm, int node, const Row& r,
 }  // namespace
 
 Datum pgrac_ic_counters(PG_FUNCTION_ARGS) {
-    IcShared* shm = pgrac::glue::shared();
-    if (shm == nullptr) ereport(ERROR, (errmsg("pgrac_ic is not loaded")));
+    IcShared* shm = pgrac::glue::require_shared();
     InitMaterializedSRF(fcinfo, 0);
     ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
     const Tier tier = static_cast<Tier>(shm->tier_active);

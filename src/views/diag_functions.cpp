@@ -25,20 +25,18 @@ PG_FUNCTION_INFO_V1(pgrac_ic_stream);
 
 using namespace pgrac::ic;
 
-// Sends a one-way note to every other node; returns how many nodes it was
-// queued for. Fails on the first node it cannot queue to.
+// Sends a one-way note to every other node through the C API's broadcast;
+// returns how many nodes it went to. An error if any node could not take it.
 Datum pgrac_ic_broadcast_note(PG_FUNCTION_ARGS) {
     bytea* body = PG_GETARG_BYTEA_PP(0);
-    const uint32_t len = static_cast<uint32_t>(VARSIZE_ANY_EXHDR(body));
-    int sent = 0;
-    for (const NodeAddress& n : pgrac::glue::configured_nodes()) {
-        if (n.node_id == pgrac_ic_my_node_id()) continue;
-        const int rc =
-            pgrac_ic_send(n.node_id, PGRAC_IC_MSG_NOTE, 0, VARDATA_ANY(body), len, 0, -1);
-        if (rc != PGRAC_IC_OK) pgrac::glue::raise_status(rc, n.node_id, "broadcast", nullptr, 0);
-        sent++;
-    }
-    PG_RETURN_INT32(sent);
+    const int rc = pgrac_ic_broadcast(PGRAC_IC_MSG_NOTE, 0, VARDATA_ANY(body),
+                                      static_cast<uint32_t>(VARSIZE_ANY_EXHDR(body)), 0, -1);
+    if (rc != PGRAC_IC_OK)
+        ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE),
+                        errmsg("pgrac_ic broadcast failed: %s", pgrac_ic_strerror(rc)),
+                        errdetail("The other nodes were still sent the note."),
+                        errhint("See pg_cluster_ic_peers for the nodes that are not UP.")));
+    PG_RETURN_INT32(static_cast<int32>(pgrac::glue::configured_nodes().size()) - 1);
 }
 
 // One exactly-once probe RPC: applies seq to this backend's stream on `node`

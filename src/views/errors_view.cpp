@@ -15,13 +15,13 @@ PG_FUNCTION_INFO_V1(pgrac_ic_error_totals);
 #include <cstring>
 
 #include "shmem.hpp"
+#include "views/ic_errors.hpp"
 #include "views/srf.hpp"
 
 using namespace pgrac::ic;
 
 Datum pgrac_ic_errors(PG_FUNCTION_ARGS) {
-    IcShared* shm = pgrac::glue::shared();
-    if (shm == nullptr) ereport(ERROR, (errmsg("pgrac_ic is not loaded")));
+    IcShared* shm = pgrac::glue::require_shared();
     InitMaterializedSRF(fcinfo, 0);
     ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
     ErrorEntry* entries = static_cast<ErrorEntry*>(palloc(sizeof(ErrorEntry) * ErrorLog::kEntries));
@@ -45,8 +45,7 @@ Datum pgrac_ic_errors(PG_FUNCTION_ARGS) {
 }
 
 Datum pgrac_ic_error_totals(PG_FUNCTION_ARGS) {
-    IcShared* shm = pgrac::glue::shared();
-    if (shm == nullptr) ereport(ERROR, (errmsg("pgrac_ic is not loaded")));
+    IcShared* shm = pgrac::glue::require_shared();
     InitMaterializedSRF(fcinfo, 0);
     ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
     for (int t = 0; t < static_cast<int>(ErrorType::kCount); t++) {

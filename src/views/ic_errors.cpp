@@ -12,11 +12,48 @@ using namespace pgrac::ic;
 
 namespace pgrac::glue {
 
+IcShared* require_shared() {
+    IcShared* shm = shared();
+    if (shm == nullptr)
+        ereport(
+            ERROR,
+            (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE), errmsg("pgrac_ic is not loaded"),
+             errhint("Add pgrac_ic to shared_preload_libraries and restart the server.")));
+    return shm;
+}
+
 void require_known_node(int node) {
     if (!node_is_known(node))
         ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
                         errmsg("pgrac_ic: node %d is not in cluster.nodes", node),
                         errhint("Known nodes are listed in pg_cluster_ic_peers.")));
+}
+
+// The HINT of a failed status's ERROR: what to do about it (0: nothing to add).
+int status_hint(int status) {
+    switch (status) {
+        case PGRAC_IC_TIMEOUT:
+            return errhint(
+                "The wait is bounded by cluster.rpc_timeout (%d ms); see the peer's "
+                "state and RTT in pg_cluster_ic_peers.",
+                pgrac_rpc_timeout_ms);
+        case PGRAC_IC_NOT_RUNNING:
+            return errhint(
+                "Check that the pgrac_ic listener is running (pg_stat_activity, "
+                "server log).");
+        case PGRAC_IC_UNREACHABLE:
+        case PGRAC_IC_PEER_RESET:
+            return errhint(
+                "See pg_cluster_ic_peers and pg_cluster_rdma_errors here and the "
+                "peer's server log; retry once the peer is UP.");
+        case PGRAC_IC_QUEUE_FULL:
+        case PGRAC_IC_BACKOFF:
+            return errhint(
+                "The peer is not keeping up: retry, or raise "
+                "cluster.send_queue_max_size / cluster.send_queue_max_messages.");
+        default:
+            return 0;
+    }
 }
 
 void raise_status(int status, int node, const char* what, const void* reply, uint32_t reply_len) {
@@ -53,16 +90,10 @@ void raise_status(int status, int node, const char* what, const void* reply, uin
                                            static_cast<const char*>(reply))
                                : 0));
     }
-    ereport(
-        ERROR,
-        (errcode(code),
-         errmsg("pgrac_ic %s to node %d failed: %s", what, node, pgrac_ic_strerror(status)),
-         state[0] ? errdetail("Peer state: %s.", state) : 0,
-         status == PGRAC_IC_TIMEOUT
-             ? errhint("The wait is bounded by cluster.rpc_timeout (%d ms).", pgrac_rpc_timeout_ms)
-         : status == PGRAC_IC_NOT_RUNNING ? errhint("Check that the pgrac_ic listener is running "
-                                                    "(pg_stat_activity, server log).")
-                                          : 0));
+    ereport(ERROR,
+            (errcode(code),
+             errmsg("pgrac_ic %s to node %d failed: %s", what, node, pgrac_ic_strerror(status)),
+             state[0] ? errdetail("Peer state: %s.", state) : 0, status_hint(status)));
     pg_unreachable();
 }
 

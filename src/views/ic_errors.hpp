@@ -3,8 +3,12 @@
 
 #include <cstdint>
 
+#include "ic/shared_state.hpp"
+
 namespace pgrac::glue {
 
+// The shared region; ERROR (with what to do) if pgrac_ic was not preloaded.
+pgrac::ic::IcShared* require_shared();
 // ERROR unless `node` is in cluster.nodes.
 void require_known_node(int node);
 // Raises the ERROR that matches a failed pgrac_ic status; never returns.

@@ -14,6 +14,7 @@ PG_FUNCTION_INFO_V1(pgrac_ic_peers);
 
 #include "ic/atomics.hpp"
 #include "shmem.hpp"
+#include "views/ic_errors.hpp"
 #include "views/srf.hpp"
 
 using namespace pgrac::ic;
@@ -21,8 +22,7 @@ using pgrac::glue::counter_datum;
 
 Datum pgrac_ic_peers(PG_FUNCTION_ARGS) {
     constexpr int kColumns = 17;
-    IcShared* shm = pgrac::glue::shared();
-    if (shm == nullptr) ereport(ERROR, (errmsg("pgrac_ic is not loaded")));
+    IcShared* shm = pgrac::glue::require_shared();
     InitMaterializedSRF(fcinfo, 0);
     ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
     const char* tier = tier_name(static_cast<Tier>(shm->tier_active));

@@ -18,6 +18,7 @@ PG_FUNCTION_INFO_V1(pgrac_ic_status_view);
 #include "guc.hpp"
 #include "ic/atomics.hpp"
 #include "shmem.hpp"
+#include "views/ic_errors.hpp"
 #include "views/srf.hpp"
 
 using namespace pgrac::ic;
@@ -52,10 +53,7 @@ Datum issues_array(const char* lines) {
 }  // namespace
 
 Datum pgrac_ic_status_view(PG_FUNCTION_ARGS) {
-    IcShared* shm = pgrac::glue::shared();
-    if (shm == nullptr)
-        ereport(ERROR, (errmsg("pgrac_ic is not loaded"),
-                        errhint("Add pgrac_ic to shared_preload_libraries.")));
+    IcShared* shm = pgrac::glue::require_shared();
     InitMaterializedSRF(fcinfo, 0);
     ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
     Datum v[kColumns];
