@@ -19,10 +19,6 @@ constexpr size_t kBackoffAtBytes = 32u << 20;
 constexpr size_t kOverflowLimitBytes = 256u << 20;
 constexpr uint32_t kBackoffHoldMs = 10;
 
-int64_t now_us() {
-    return static_cast<int64_t>(monotonic_ns() / 1000);
-}
-
 }  // namespace
 
 Engine::Engine(EngineConfig config, IcShared* shm, EngineHost& host, const TransportFactory& make)

@@ -52,6 +52,11 @@ class EngineHost {
 
 using TransportFactory = std::function<std::unique_ptr<tiers::Transport>(tiers::TransportHandler&)>;
 
+// The engine's clock for timers and liveness: monotonic microseconds.
+inline int64_t now_us() {
+    return static_cast<int64_t>(monotonic_ns() / 1000);
+}
+
 class Engine final : public tiers::TransportHandler, public HandshakePolicy {
   public:
     Engine(EngineConfig config, IcShared* shm, EngineHost& host, const TransportFactory& make);
@@ -119,7 +124,6 @@ class Engine final : public tiers::TransportHandler, public HandshakePolicy {
         uint8_t lane = 0;
         bool dialer = false;
         bool established = false;
-        bool connected = false;  // transport-level connect finished
         std::string peer_host;
         std::unique_ptr<Handshake> handshake;
         int64_t deadline_us = 0;
@@ -156,6 +160,7 @@ class Engine final : public tiers::TransportHandler, public HandshakePolicy {
     void run_timers(int64_t now_us);
     void dial(Peer& p, int lane, int64_t now_us);
     void schedule_redial(Lane& l, int64_t now_us);
+    void report_connect_failure(Peer& p, Lane& l, const std::string& why);
     void establish(tiers::ConnId id, Conn& c);
     void handshake_frame(tiers::ConnId id, Conn& c, const FrameHeader& h, const uint8_t* payload);
     void send_handshake(tiers::ConnId id, const std::vector<HandshakeOutput>& out);

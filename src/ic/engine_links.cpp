@@ -7,6 +7,7 @@
 
 #include "ic/atomics.hpp"
 #include "ic/engine.hpp"
+#include "tiers/tcp_socket.hpp"
 
 namespace pgrac::ic {
 
@@ -17,10 +18,6 @@ constexpr int kMaxBackoffMs = 1000;
 constexpr size_t kHeartbeatSize = 16;  // u8 kind, 3 pad, u32 epoch, u64 timestamp
 constexpr uint8_t kHeartbeatPing = 0;
 constexpr uint8_t kHeartbeatPong = 1;
-
-int64_t now_us() {
-    return static_cast<int64_t>(monotonic_ns() / 1000);
-}
 
 // Numeric forms of a configured host, to check where a peer connects from.
 std::vector<std::string> resolve_numeric(const std::string& host) {
@@ -183,12 +180,7 @@ void Engine::dial(Peer& p, int lane, int64_t now) {
     tiers::ConnId id = transport_->connect(p.addr.host, p.addr.port, &err);
     Lane& l = p.lanes[lane];
     if (id == 0) {
-        if (!l.failure_logged) {
-            report(ErrorType::ConnectFailed, Severity::Warning, p.addr.node_id,
-                   "cannot connect to node " + std::to_string(p.addr.node_id) + " at " +
-                       p.addr.host + ":" + std::to_string(p.addr.port) + ": " + err);
-            l.failure_logged = true;
-        }
+        report_connect_failure(p, l, err);
         schedule_redial(l, now);
         return;
     }
@@ -202,6 +194,16 @@ void Engine::dial(Peer& p, int lane, int64_t now) {
     c.deadline_us = now + 1000 * cfg_.peer_timeout_ms;
     conns_.emplace(id, std::move(c));
     l.conn = id;
+}
+
+// Once per run of failures on a lane (a peer that is down would fill the
+// error ring otherwise); a successful handshake re-arms it.
+void Engine::report_connect_failure(Peer& p, Lane& l, const std::string& why) {
+    if (l.failure_logged) return;
+    l.failure_logged = true;
+    report(ErrorType::ConnectFailed, Severity::Warning, p.addr.node_id,
+           "cannot connect to node " + std::to_string(p.addr.node_id) + " at " +
+               tiers::endpoint_text(p.addr.host, p.addr.port) + ": " + why);
 }
 
 void Engine::schedule_redial(Lane& l, int64_t now) {
@@ -220,12 +222,7 @@ void Engine::on_connected(tiers::ConnId id, bool ok, const std::string& error) {
     Peer& p = peers_[c.peer];
     Lane& l = p.lanes[c.lane];
     if (!ok) {
-        if (!l.failure_logged) {
-            report(ErrorType::ConnectFailed, Severity::Warning, p.addr.node_id,
-                   "cannot connect to node " + std::to_string(p.addr.node_id) + " at " +
-                       p.addr.host + ":" + std::to_string(p.addr.port) + ": " + error);
-            l.failure_logged = true;
-        }
+        report_connect_failure(p, l, error);
         // The transport reports a failed connect only here (no on_closed):
         // forget the attempt and dial again after the backoff.
         conns_.erase(it);
@@ -238,7 +235,6 @@ void Engine::on_connected(tiers::ConnId id, bool ok, const std::string& error) {
         update_state(p);
         return;
     }
-    c.connected = true;
     send_handshake(id, c.handshake->start());
 }
 
@@ -247,7 +243,6 @@ void Engine::on_accepted(tiers::ConnId id, const std::string& peer_host) {
     c.peer_host = strip_v4_mapped(peer_host);
     c.handshake = std::make_unique<Handshake>(Handshake::Role::Acceptor, cfg_.identity, *this, 0,
                                               c.peer_host);
-    c.connected = true;
     c.deadline_us = now_us() + 1000 * cfg_.peer_timeout_ms;
     conns_.emplace(id, std::move(c));
     next_timer_us_ = std::min(next_timer_us_, conns_[id].deadline_us);

@@ -13,23 +13,6 @@
 namespace pgrac::tiers {
 namespace {
 
-int mtu_bytes(ibv_mtu m) {
-    switch (m) {
-        case IBV_MTU_256:
-            return 256;
-        case IBV_MTU_512:
-            return 512;
-        case IBV_MTU_1024:
-            return 1024;
-        case IBV_MTU_2048:
-            return 2048;
-        case IBV_MTU_4096:
-            return 4096;
-        default:
-            return 0;
-    }
-}
-
 struct DeviceList {
     int n = 0;  // declared first: initialised before list's initialiser writes it
     ibv_device** list = nullptr;
@@ -103,6 +86,24 @@ int find_ibverbs(dl_phdr_info* info, size_t, void* data) {
 }
 
 }  // namespace
+
+int mtu_bytes(int ibv_mtu_value) {
+    const auto m = static_cast<ibv_mtu>(ibv_mtu_value);
+    switch (m) {
+        case IBV_MTU_256:
+            return 256;
+        case IBV_MTU_512:
+            return 512;
+        case IBV_MTU_1024:
+            return 1024;
+        case IBV_MTU_2048:
+            return 2048;
+        case IBV_MTU_4096:
+            return 4096;
+        default:
+            return 0;
+    }
+}
 
 LiveDeviceInfo query_device_live(const std::string& device) {
     try {

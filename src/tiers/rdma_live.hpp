@@ -35,6 +35,8 @@ struct LiveDeviceInfo {
 LiveDeviceInfo query_device_live(const std::string& device);
 // Copies the live facts into what sysfs gave (active MTU, XRC, part id).
 void apply_live_info(RdmaDevice& dev, const LiveDeviceInfo& live);
+// Bytes of an ibv_mtu value (IBV_MTU_256 .. IBV_MTU_4096); 0 if unknown.
+int mtu_bytes(int ibv_mtu_value);
 // Names libibverbs lists (devices with a user-space provider).
 std::vector<std::string> verbs_device_names(std::string* error);
 // rdma-core's version, from the file name of the loaded libibverbs

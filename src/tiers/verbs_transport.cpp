@@ -13,6 +13,7 @@
 
 #include "tiers/conn_bookkeeping.hpp"
 #include "tiers/rdma_detect.hpp"
+#include "tiers/rdma_live.hpp"
 #include "tiers/verbs_transport_impl.hpp"
 
 namespace pgrac::tiers {
@@ -44,10 +45,6 @@ void drain_fd(int fd) {
 
 std::string errtext(const std::string& what, int err) {
     return what + ": " + std::strerror(err);
-}
-
-int mtu_bytes(ibv_mtu m) {
-    return m >= IBV_MTU_256 && m <= IBV_MTU_4096 ? 128 << static_cast<int>(m) : 0;
 }
 
 }  // namespace
