@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "ic/frame.hpp"
+#include "latency_stats.hpp"
 #include "tiers/verbs_transport.hpp"
 
 using namespace pgrac;
@@ -207,35 +208,30 @@ int main(int argc, char** argv) {
         uint8_t hdr[ic::kFrameHeaderSize];
         ic::encode_frame_header(fh, payload.data(), hdr);
         iovec iov[2] = {{hdr, sizeof hdr}, {payload.data(), size}};
-        std::vector<double> us;
-        us.reserve(static_cast<size_t>(a.iters));
+        std::vector<uint64_t> ns;
+        ns.reserve(static_cast<size_t>(a.iters));
         for (int i = 0; i < a.warmup + a.iters && !h.closed; ++i) {
             const size_t want = h.frames + 1;
-            const auto t0 = Clock::now();
+            const uint64_t t0 = pgrac::bench::now_ns();
             if (!t->send(h.conn, iov, size > 0 ? 2 : 1)) {
                 std::fprintf(stderr, "verbs_pingpong: send failed\n");
                 rc = 1;
                 break;
             }
             while (h.frames < want && !h.closed) run_once(*t, a.events);
-            if (i >= a.warmup)
-                us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+            if (i >= a.warmup) ns.push_back(pgrac::bench::now_ns() - t0);
         }
         if (h.closed) {
             std::fprintf(stderr, "verbs_pingpong: connection closed: %s\n", h.error.c_str());
             rc = 1;
             break;
         }
-        std::sort(us.begin(), us.end());
-        double sum = 0;
-        for (double v : us) sum += v;
-        const auto pct = [&](double p) {
-            return us[std::min(us.size() - 1, static_cast<size_t>(p * us.size()))];
-        };
+        // The same statistics as tcp_pingpong and libpq_latency print.
+        const pgrac::bench::LatencySummary st = pgrac::bench::summarize_latency(ns);
         std::printf(
             "size %6zu B  iters %5zu  p50 %8.1f us  p99 %8.1f us  mean %8.1f us  "
             "min %8.1f us\n",
-            size, us.size(), pct(0.50), pct(0.99), sum / us.size(), us.front());
+            size, ns.size(), st.p50_us, st.p99_us, st.mean_us, ns.front() / 1000.0);
     }
     t->close(h.conn);
     for (int i = 0; i < 20; ++i) run_once(*t, false);
