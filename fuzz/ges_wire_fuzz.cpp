@@ -4,11 +4,13 @@
 //
 // Besides memory errors it checks what must hold for any input: an accepted
 // message re-encodes to exactly the bytes it came from (the encoding is
-// canonical, so nothing in a message goes unchecked), and the table stays
-// consistent: its snapshot has one row per lock, every event names a valid
-// mode, and no owner ever holds two locks on one resource. The messages of
-// the cluster-wide deadlock search feed a DeadlockRound (Edges) and the
-// victim search over the gathered edges: every victim must be one of them.
+// canonical, so nothing in a message goes unchecked), it carries the epoch
+// of its 8-byte version-2 header (bytes 4..7, little-endian) and a token
+// only if it is a Grant, and the table stays consistent: its snapshot has
+// one row per lock, every event names a valid mode, and no owner ever holds
+// two locks on one resource. The messages of the cluster-wide deadlock
+// search feed a DeadlockRound (Edges) and the victim search over the
+// gathered edges: every victim must be one of them.
 #include <cstdint>
 #include <cstring>
 #include <set>
@@ -113,6 +115,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
         GesMessage m;
         if (decode_ges_message(body, n, &m) != GesWireError::None) continue;
+        check(n >= 8 && body[0] == kGesWireVersion);
+        uint32_t epoch = 0;
+        for (int i = 0; i < 4; ++i) epoch |= static_cast<uint32_t>(body[4 + i]) << (8 * i);
+        check(m.epoch == epoch);
+        check(m.type == GesMsgType::Grant || m.token == 0);  // Bast and the rest carry none
         std::vector<uint8_t> again;
         check(encode_ges_message(m, &again) == GesWireError::None);
         check(again.size() == n && std::memcmp(again.data(), body, n) == 0);

@@ -148,13 +148,41 @@ COMMENT ON FUNCTION pgrac_ges_bench(text, text, int) IS
 
 CREATE FUNCTION pgrac_ges_locks(
     OUT resource text, OUT master_node int, OUT node_id int, OUT pid int, OUT mode text,
-    OUT held_mode text, OUT state text, OUT since timestamptz)
+    OUT held_mode text, OUT state text, OUT since timestamptz, OUT token bigint)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'pgrac_ges_locks' LANGUAGE C STRICT VOLATILE;
 
 CREATE VIEW pg_cluster_ges_locks AS SELECT * FROM pgrac_ges_locks();
 COMMENT ON VIEW pg_cluster_ges_locks IS
-    'Every global lock and request on every live master: granted, converting (held_mode still held) or waiting';
+    'Every global lock and request on every member''s masters: granted, converting (held_mode still held) or waiting; token is the grant''s fencing token';
+
+CREATE FUNCTION pgrac_ges_lock_token(resource text)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'pgrac_ges_lock_token' LANGUAGE C STRICT VOLATILE;
+COMMENT ON FUNCTION pgrac_ges_lock_token(text) IS
+    'The fencing token of a global lock this session holds (NULL if none); tokens of a resource grow strictly across the cluster';
+
+-- ---------------------------------------------------------------- membership
+CREATE FUNCTION pgrac_membership(
+    OUT node_id int, OUT state text, OUT epoch bigint, OUT members int[],
+    OUT lease_valid boolean, OUT lease_remaining_ms bigint, OUT fence_count bigint,
+    OUT accepted_epoch bigint, OUT accepted_members int[], OUT quorum int,
+    OUT stale_epoch_messages bigint, OUT epoch_requests bigint)
+RETURNS record
+AS 'MODULE_PATHNAME', 'pgrac_membership' LANGUAGE C STRICT VOLATILE;
+
+CREATE VIEW pg_cluster_membership AS SELECT * FROM pgrac_membership();
+COMMENT ON VIEW pg_cluster_membership IS
+    'This node''s membership: state (joining, member, fenced), the committed epoch and its members, the lease, its vote';
+
+CREATE FUNCTION pgrac_membership_history(
+    OUT at timestamptz, OUT epoch bigint, OUT event text, OUT members int[], OUT detail text)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'pgrac_membership_history' LANGUAGE C STRICT VOLATILE;
+
+CREATE VIEW pg_cluster_membership_history AS SELECT * FROM pgrac_membership_history();
+COMMENT ON VIEW pg_cluster_membership_history IS
+    'The last membership changes seen here, newest first: committed views, fences (at = when the lease ran out), rejoins, exclusions';
 
 -- ---------------------------------------------------------------- Cache Fusion
 CREATE FUNCTION pgrac_fetch_block(node int, rel regclass, blkno bigint, fork text DEFAULT 'main')
@@ -198,6 +226,7 @@ REVOKE ALL ON pg_cluster_rdma_status, pg_cluster_rdma_counters, pg_cluster_rdma_
 REVOKE ALL ON FUNCTION pgrac_ges_lock(text, text, int), pgrac_ges_lock(bigint, text, int),
     pgrac_ges_unlock(text), pgrac_ges_unlock(bigint), pgrac_ges_unlock_all(),
     pgrac_ges_resource(text), pgrac_ges_bench(text, text, int), pgrac_ges_locks(),
+    pgrac_ges_lock_token(text),
     pgrac_fetch_block(int, regclass, bigint, text),
     pgrac_fetch_block_tag(int, oid, oid, oid, text, bigint),
     pgrac_fetch_blocks(int, regclass, bigint, int, text),
@@ -205,6 +234,10 @@ REVOKE ALL ON FUNCTION pgrac_ges_lock(text, text, int), pgrac_ges_lock(bigint, t
 REVOKE ALL ON pg_cluster_ges_locks FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION pgrac_ges_locks(), pgrac_ges_resource(text) TO pg_monitor;
 GRANT SELECT ON pg_cluster_ges_locks TO pg_monitor;
+REVOKE ALL ON FUNCTION pgrac_membership(), pgrac_membership_history() FROM PUBLIC;
+REVOKE ALL ON pg_cluster_membership, pg_cluster_membership_history FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgrac_membership(), pgrac_membership_history() TO pg_monitor;
+GRANT SELECT ON pg_cluster_membership, pg_cluster_membership_history TO pg_monitor;
 GRANT EXECUTE ON FUNCTION pgrac_ic_status(), pgrac_ic_counters(), pgrac_ic_errors(),
     pgrac_ic_error_totals(), pgrac_ic_peers(), pgrac_ic_ping(int) TO pg_monitor;
 GRANT SELECT ON pg_cluster_rdma_status, pg_cluster_rdma_counters, pg_cluster_rdma_errors,

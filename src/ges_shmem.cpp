@@ -70,7 +70,7 @@ GesWaitSlot* ges_my_slot() {
     return i < g_ges->n_slots ? &g_ges->slots[i] : nullptr;
 }
 
-bool ges_deliver(int32_t pid, uint64_t request_id, uint32_t outcome) {
+bool ges_deliver(int32_t pid, uint64_t request_id, uint32_t outcome, uint64_t token) {
     uint32_t i, session;
     if (g_ges == nullptr || pid <= 0 || !ges_request_id_slot(request_id, &i, &session) ||
         i >= g_ges->n_slots)
@@ -79,6 +79,9 @@ bool ges_deliver(int32_t pid, uint64_t request_id, uint32_t outcome) {
     if (pgrac::ic::load_acquire(&s->pid) != pid ||
         pgrac::ic::load_acquire(&s->request_id) != request_id)
         return false;
+    // Only the slot's waiter reads the token, and only after the word says
+    // Granted; the release store orders it before the compare-and-swap.
+    pgrac::ic::store_release(&s->token, token);
     uint64_t expected = ges_slot_word(request_id, kGesWaiting);
     if (!pgrac::ic::compare_exchange(&s->word, &expected, ges_slot_word(request_id, outcome)))
         return false;

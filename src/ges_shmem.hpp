@@ -36,6 +36,7 @@ inline constexpr uint32_t kGesDenied = 3;
 struct GesWaitSlot {
     uint64_t word;
     uint64_t request_id;  // full id of the armed request
+    uint64_t token;       // fencing token of the grant, written before the word
     int32_t pid;          // owner of the slot (0: unused)
     uint32_t session;     // bumped each time a new backend takes the slot
 };
@@ -43,8 +44,9 @@ struct GesWaitSlot {
 struct GesShared {
     uint32_t n_slots;
     uint32_t pad;
-    // Bumped by the listener (ListenerHost::on_peer_lost) for node id i+1.
-    uint32_t lost_count[pgrac::ic::kMaxNodes];
+    // Bumped by a restarted LMS worker w: this node's locks in shard w are void
+    // (its previous process took their client side with it).
+    uint32_t shard_fences[pgrac::ic::kMaxLmsWorkers];
     // Counters for the view and the bench.
     uint64_t grants_delivered, denials_delivered, late_grants_undone;
     // Victims the cluster-wide deadlock search cancelled (coordinator side).
@@ -54,6 +56,11 @@ struct GesShared {
     uint32_t lms_starts[pgrac::ic::kMaxLmsWorkers];
     // Owners whose locks the LMS reaper released (their backend was gone).
     uint64_t dead_owners_reaped;
+    // GES messages refused: older epoch, from a node that is not a member or
+    // not the resource's master, or naming an owner of another node.
+    uint64_t stale_epoch_refused, wrong_source_refused;
+    // Replayed grants that conflicted with an existing grant (must stay 0).
+    uint64_t replay_conflicts;
     GesWaitSlot slots[1];  // n_slots of them
 };
 
@@ -87,7 +94,8 @@ GesWaitSlot* ges_my_slot();
 // Completes the slot of backend `pid` if it is still waiting for request_id.
 // outcome: kGesGranted or kGesDenied | reason << 8. True if delivered (and
 // the backend's latch set).
-bool ges_deliver(int32_t pid, uint64_t request_id, uint32_t outcome);
+// token: the grant's fencing token (0 for a denial).
+bool ges_deliver(int32_t pid, uint64_t request_id, uint32_t outcome, uint64_t token = 0);
 // Whether the backend that sent request_id (pid) still has its GES session: its
 // slot still belongs to pid with the same session tag. For an id that names no
 // slot, whether any slot belongs to pid. Lock-free reads only.

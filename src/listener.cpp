@@ -54,7 +54,6 @@ class ListenerHost final : public pgrac::ic::EngineHost {
         pending.emplace_back(severity, message);
     }
     // GES: the LMS workers release the node's locks and remaster.
-    void on_peer_lost(uint16_t node_id) override { pgrac::glue::ges_note_peer_lost(node_id); }
     std::vector<std::pair<Severity, std::string>> pending;
 };
 

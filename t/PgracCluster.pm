@@ -131,6 +131,27 @@ sub wait_all_up
 	{
 		ok($self->wait_up($i), "node $i sees all $self->{n} nodes UP");
 	}
+	$self->wait_all_members;
+}
+
+# Waits until node i is a member of a committed view with `expected` members
+# (default: all nodes) and a valid lease: global locks are served from then on.
+sub wait_member
+{
+	my ($self, $i, $expected) = @_;
+	$expected //= $self->{n};
+	return $self->node($i)->poll_query_until('postgres',
+		"SELECT state = 'member' AND lease_valid AND cardinality(members) = $expected "
+		  . "FROM pg_cluster_membership");
+}
+
+sub wait_all_members
+{
+	my ($self) = @_;
+	for my $i (1 .. $self->{n})
+	{
+		ok($self->wait_member($i), "node $i is a member of a view of all $self->{n} nodes");
+	}
 }
 
 # Waits until node i sees node j in the given state.

@@ -144,6 +144,23 @@ extern int pgrac_ges_unlock_id(int64_t resource);
 extern int pgrac_ges_unlock_all(void);
 
 /*
+ * The fencing token of a lock this session holds (0 if it holds none). Tokens
+ * of one resource grow strictly across the cluster with every grant (the
+ * membership epoch in the high 32 bits): an upper layer that writes shared
+ * state under a global lock stores the token with the write and refuses a
+ * write carrying an older token than one it has seen (docs/ges.md, "Fencing
+ * tokens").
+ *
+ * Every GES call first checks that this session's locks are still valid: if
+ * this node was fenced (it lost its membership lease) or the LMS worker of a
+ * lock restarted, the void locks are dropped and an ERROR (SQLSTATE 55P03,
+ * "global lock lost") is raised. A request while the node is not a member
+ * raises "refused: no_quorum".
+ */
+extern uint64_t pgrac_ges_token_name(const char* resource);
+extern uint64_t pgrac_ges_token_id(int64_t resource);
+
+/*
  * Cache Fusion: the current image of blocks, served by `node` from its buffer
  * pool (read in from storage if they are not there), named by BufferTag.
  * Fetches `count` (>= 1) consecutive blocks from `first`, stopping at the end

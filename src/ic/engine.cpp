@@ -21,8 +21,22 @@ constexpr uint32_t kBackoffHoldMs = 10;
 
 }  // namespace
 
+namespace {
+NodeMask configured_mask(const std::vector<NodeAddress>& nodes) {
+    NodeMask m = 0;
+    for (const NodeAddress& n : nodes) m |= node_bit(n.node_id);
+    return m;
+}
+}  // namespace
+
 Engine::Engine(EngineConfig config, IcShared* shm, EngineHost& host, const TransportFactory& make)
-    : cfg_(std::move(config)), shm_(shm), host_(host) {
+    : cfg_(std::move(config)),
+      shm_(shm),
+      host_(host),
+      membership_(MembershipConfig{cfg_.identity.node_id, configured_mask(cfg_.nodes),
+                                   cfg_.heartbeat_interval_ms, cfg_.peer_timeout_ms},
+                  &shm_->membership) {
+    membership_.set_unix_clock(&unix_time_us);
     transport_ = make(*this);
     peer_index_.assign(kMaxNodes + 1, -1);
     const uint16_t me = cfg_.identity.node_id;

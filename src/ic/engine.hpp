@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "ic/handshake.hpp"
+#include "ic/membership.hpp"
 #include "ic/node_list.hpp"
 #include "ic/session.hpp"
 #include "ic/shared_state.hpp"
@@ -46,8 +47,6 @@ class EngineHost {
     virtual void wake_lms(uint32_t worker) = 0;
     // A log line; the host emits it outside the engine's frames.
     virtual void log(Severity severity, const std::string& message) = 0;
-    // The peer is gone (DOWN or restarted): upper layers drop its state.
-    virtual void on_peer_lost(uint16_t node_id) { (void)node_id; }
 };
 
 using TransportFactory = std::function<std::unique_ptr<tiers::Transport>(tiers::TransportHandler&)>;
@@ -82,7 +81,9 @@ class Engine final : public tiers::TransportHandler, public HandshakePolicy {
     void set_timing(int heartbeat_interval_ms, int peer_timeout_ms) {
         cfg_.heartbeat_interval_ms = heartbeat_interval_ms;
         cfg_.peer_timeout_ms = peer_timeout_ms;
+        membership_.set_timing(heartbeat_interval_ms, peer_timeout_ms);
     }
+    const Membership& membership() const { return membership_; }
 
     // tiers::TransportHandler
     void on_connected(tiers::ConnId conn, bool ok, const std::string& error) override;
@@ -169,6 +170,8 @@ class Engine final : public tiers::TransportHandler, public HandshakePolicy {
                       const uint8_t* payload, uint32_t len);
     void send_heartbeat(Peer& p, uint8_t kind, uint64_t ts_ns);
     void on_heartbeat(Peer& p, const FrameHeader& h, const uint8_t* payload);
+    // Membership (engine_links.cpp): its timers, and gossip to every peer at once.
+    void membership_tick(int64_t now_us);
     void on_ack(Peer& p, Lane& l, uint32_t ack);
     void flush_acks(int64_t now_us);
     void declare_down(Peer& p, const std::string& why);
@@ -183,6 +186,8 @@ class Engine final : public tiers::TransportHandler, public HandshakePolicy {
     IcShared* shm_;
     EngineHost& host_;
     std::unique_ptr<tiers::Transport> transport_;
+    Membership membership_;
+    uint32_t fences_seen_ = 0;
     std::vector<Peer> peers_;
     std::vector<int> peer_index_;  // node id -> index in peers_, or -1
     std::unordered_map<tiers::ConnId, Conn> conns_;

@@ -15,7 +15,10 @@ namespace {
 
 constexpr int kMinBackoffMs = 20;
 constexpr int kMaxBackoffMs = 1000;
-constexpr size_t kHeartbeatSize = 16;  // u8 kind, 3 pad, u32 epoch, u64 timestamp
+// u8 kind, 3 pad, u32 epoch, u64 timestamp (the ping's send time), then the
+// membership gossip (ic/membership.hpp).
+constexpr size_t kHeartbeatHead = 16;
+constexpr size_t kHeartbeatSize = kHeartbeatHead + kGossipSize;
 constexpr uint8_t kHeartbeatPing = 0;
 constexpr uint8_t kHeartbeatPong = 1;
 
@@ -118,7 +121,8 @@ void Engine::shutdown() {
 // ---- timers
 
 void Engine::run_timers(int64_t now) {
-    int64_t next = now + 1000 * cfg_.heartbeat_interval_ms;
+    membership_tick(now);
+    int64_t next = now + 1000 * std::min(cfg_.heartbeat_interval_ms, 100);
     for (Peer& p : peers_) {
         for (size_t i = 0; i < p.lanes.size(); i++) {
             Lane& l = p.lanes[i];
@@ -267,6 +271,7 @@ void Engine::on_frame(tiers::ConnId id, const FrameHeader& h, const uint8_t* pay
         return;
     }
     p.last_heard_us = now_us();
+    membership_.on_heard(p.addr.node_id, p.last_heard_us);
     store_relaxed(&p.shm->last_heard_us, unix_time_us());
     on_ack(p, l, h.ack);
     switch (h.type) {
@@ -458,6 +463,11 @@ void Engine::send_heartbeat(Peer& p, uint8_t kind, uint64_t ts_ns) {
     const uint32_t epoch = load_relaxed(&shm_->epoch);
     for (int i = 0; i < 4; i++) b[4 + i] = static_cast<uint8_t>(epoch >> (8 * i));
     for (int i = 0; i < 8; i++) b[8 + i] = static_cast<uint8_t>(ts_ns >> (8 * i));
+    Gossip g = membership_.gossip();
+    // A pong counts toward the pinger's lease only from within our accepted view.
+    if (kind == kHeartbeatPong && membership_.in_accepted_view(p.addr.node_id))
+        g.flags |= kGossipInView;
+    encode_gossip(g, b + kHeartbeatHead);
     send_control(l.conn, &l, FrameType::Heartbeat, kFlagControlLane, b, kHeartbeatSize);
 }
 
@@ -472,13 +482,45 @@ void Engine::on_heartbeat(Peer& p, const FrameHeader& h, const uint8_t* payload)
     uint64_t ts = 0;
     for (int i = 0; i < 4; i++) epoch |= static_cast<uint32_t>(payload[4 + i]) << (8 * i);
     for (int i = 0; i < 8; i++) ts |= static_cast<uint64_t>(payload[8 + i]) << (8 * i);
+    Gossip g;
+    if (payload[0] > kHeartbeatPong ||
+        !decode_gossip(payload + kHeartbeatHead, kGossipSize, membership_.configured(), &g)) {
+        report(ErrorType::MalformedFrame, Severity::Warning, p.addr.node_id,
+               "heartbeat with a malformed membership part from node " +
+                   std::to_string(p.addr.node_id) + " ignored");
+        return;
+    }
     store_relaxed(&p.shm->epoch_seen, epoch);
+    const int64_t now_mono = now_us();
     if (payload[0] == kHeartbeatPing) {
+        membership_.on_gossip(p.addr.node_id, g, now_mono);
         send_heartbeat(p, kHeartbeatPong, ts);
     } else {
         const uint64_t now = monotonic_ns();
         if (now > ts) store_relaxed(&p.shm->rtt_ns, now - ts);
+        membership_.on_echo(p.addr.node_id, static_cast<int64_t>(ts / 1000),
+                            (g.flags & kGossipInView) != 0, now_mono);
+        membership_.on_gossip(p.addr.node_id, g, now_mono);
     }
+    membership_tick(now_mono);
+}
+
+void Engine::membership_tick(int64_t now) {
+    const bool changed = membership_.tick(now);
+    for (const std::string& line : membership_.take_logs()) host_.log(Severity::Info, line);
+    const uint32_t epoch = membership_.committed().epoch;
+    const uint64_t lease = lease_word(&shm_->membership);
+    if (epoch != load_relaxed(&shm_->epoch) || lease_fences(lease) != fences_seen_) {
+        // GES follows the committed view and the lease: wake every LMS worker.
+        store_release(&shm_->epoch, epoch);
+        fences_seen_ = lease_fences(lease);
+        for (uint32_t w = 0; w < shm_->n_lms; w++) host_.wake_lms(w);
+    }
+    if (!changed) return;
+    // Tell everyone now rather than at the next heartbeat: proposals, votes
+    // and commits then take one round trip each.
+    for (Peer& p : peers_)
+        if (p.state == PeerState::Up) send_heartbeat(p, kHeartbeatPing, monotonic_ns());
 }
 
 void Engine::on_ack(Peer& p, Lane& l, uint32_t ack) {
@@ -513,7 +555,6 @@ void Engine::declare_down(Peer& p, const std::string& why) {
         if (l.conn != 0) close_conn(l.conn);
     fail_outstanding(p.addr.node_id, PGRAC_IC_UNREACHABLE);
     set_state(p, PeerState::Down);
-    host_.on_peer_lost(p.addr.node_id);
 }
 
 void Engine::reset_peer(Peer& p, uint64_t new_incarnation) {
@@ -534,8 +575,9 @@ void Engine::reset_peer(Peer& p, uint64_t new_incarnation) {
     for (Lane& l : p.lanes)
         if (l.up) close_conn(l.conn);
     fail_outstanding(p.addr.node_id, PGRAC_IC_PEER_RESET);
-    count(&shm_->epoch);  // the old instance left and a new one joined
-    host_.on_peer_lost(p.addr.node_id);
+    // Frames to and from the old session may be lost: GES rebuilds its
+    // tables from the registries in a new epoch (same members).
+    count(&shm_->membership.bump_requests);
 }
 
 void Engine::update_state(Peer& p) {
@@ -556,15 +598,11 @@ void Engine::update_state(Peer& p) {
 
 void Engine::set_state(Peer& p, PeerState s) {
     if (p.state == s) return;
-    // A peer is a member from UP until it is declared DOWN: a lane lost and
-    // regained within cluster.peer_timeout (CONNECTING) is no membership change,
-    // and CONNECTING -> DOWN (the peer never came back) is one.
-    auto member = [](PeerState x) { return x == PeerState::Up || x == PeerState::Connecting; };
-    const bool membership_change = member(p.state) != member(s) && s != PeerState::Disconnecting;
+    // Connection states are liveness, not membership: ic/membership.hpp decides
+    // who is a member.
     p.state = s;
     store_relaxed(&p.shm->state, static_cast<uint32_t>(s));
     store_relaxed(&p.shm->state_since_us, unix_time_us());
-    if (membership_change) count(&shm_->epoch);
 }
 
 void Engine::close_conn(tiers::ConnId id) {

@@ -25,7 +25,8 @@ const char* const kTypeNames[kTypes] = {
     "version_mismatch", "handshake_failed", "connect_failed",    "peer_down",
     "peer_reset",       "queue_full",       "inbox_full",        "rpc_timeout",
     "no_handler",       "handler_error",    "cq_overflow",       "qp_error",
-    "tier_fallback",    "internal",
+    "tier_fallback",    "internal",         "stale_epoch",       "wrong_source",
+    "replay_conflict",  "fenced",           "membership_change",
 };
 
 // A writer waits this long for an older writer of the same slot (which only

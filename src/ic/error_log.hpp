@@ -32,6 +32,11 @@ enum class ErrorType : uint16_t {
     QpError,
     TierFallback,
     Internal,
+    StaleEpoch,        // a GES message of an older membership epoch
+    WrongSource,       // a GES message from a node that may not send it
+    ReplayConflict,    // a replayed grant conflicts with a granted lock
+    Fenced,            // this node lost its lease and voided its global locks
+    MembershipChange,  // a new membership view was committed here
     kCount
 };
 const char* error_type_name(ErrorType t);  // "wrong_key", ...

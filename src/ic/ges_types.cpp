@@ -28,6 +28,8 @@ const char* deny_reason_name(DenyReason r) {
             return "already_pending";
         case DenyReason::NotHeld:
             return "not_held";
+        case DenyReason::NoQuorum:
+            return "no_quorum";
     }
     return "unknown";
 }
@@ -63,7 +65,8 @@ bool operator==(const Event& a, const Event& b) {
 bool operator==(const ReplayEntry& a, const ReplayEntry& b) {
     return a.owner == b.owner && a.resource == b.resource && a.state == b.state &&
            a.granted_mode == b.granted_mode && a.requested_mode == b.requested_mode &&
-           a.request_id == b.request_id && a.flags == b.flags && a.since == b.since;
+           a.request_id == b.request_id && a.flags == b.flags && a.since == b.since &&
+           a.token == b.token;
 }
 
 }  // namespace pgrac::ic::ges

@@ -52,8 +52,9 @@ enum class DenyReason : uint8_t {
     Timeout = 4,         // the request's deadline passed on the master
     AlreadyPending = 5,  // the owner already has a request pending on this resource
     NotHeld = 6,         // convert() of a resource the owner does not hold
+    NoQuorum = 7,        // this node is not a member with a valid lease (fenced, joining)
 };
-inline constexpr uint8_t kMaxDenyReason = 6;
+inline constexpr uint8_t kMaxDenyReason = 7;
 const char* deny_reason_name(DenyReason r);  // "nowait", "deadlock", ...
 
 enum class EventType : uint8_t {
@@ -70,6 +71,7 @@ struct Event {
     LockMode mode = LockMode::NL;  // Granted: new mode; Bast: the blocked mode; Denied: asked
     uint64_t request_id = 0;       // Granted/Denied: the request; Bast: the holder's grant
     DenyReason reason = DenyReason::Cancelled;  // Denied only
+    uint64_t token = 0;                         // Granted: the fencing token (set by the glue)
 
     static Event granted(Owner o, const ResourceName& r, LockMode m, uint64_t id);
     static Event bast(Owner o, const ResourceName& r, LockMode blocked, uint64_t id);
@@ -88,6 +90,7 @@ struct ReplayEntry {
     uint64_t request_id = 0;                 // the pending request, or the one that was granted
     uint8_t flags = 0;                       // RequestFlag bits of the pending request
     int64_t since = 0;                       // when the lock entered its state (requester's clock)
+    uint64_t token = 0;                      // fencing token of the held mode's grant (0: none)
 };
 bool operator==(const ReplayEntry& a, const ReplayEntry& b);
 

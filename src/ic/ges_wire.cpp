@@ -295,7 +295,7 @@ const char* ges_wire_error_name(GesWireError e) {
 }
 
 bool operator==(const GesMessage& a, const GesMessage& b) {
-    if (a.type != b.type) return false;
+    if (a.type != b.type || a.epoch != b.epoch) return false;
     switch (a.type) {
         case GesMsgType::Request:
         case GesMsgType::Convert:
@@ -311,7 +311,7 @@ bool operator==(const GesMessage& a, const GesMessage& b) {
         case GesMsgType::Grant:
         case GesMsgType::Bast:
             return a.owner == b.owner && a.request_id == b.request_id && a.mode == b.mode &&
-                   a.resource == b.resource;
+                   (a.type != GesMsgType::Grant || a.token == b.token) && a.resource == b.resource;
         case GesMsgType::Deny:
             return a.owner == b.owner && a.request_id == b.request_id && a.mode == b.mode &&
                    a.reason == b.reason && a.resource == b.resource;
@@ -334,6 +334,7 @@ GesWireError encode_ges_message(const GesMessage& m, std::vector<uint8_t>* out) 
     w.u8(kGesWireVersion);
     w.u8(static_cast<uint8_t>(m.type));
     w.u16(0);
+    w.u32(m.epoch);
     switch (m.type) {
         case GesMsgType::Request:
         case GesMsgType::Convert:
@@ -362,6 +363,7 @@ GesWireError encode_ges_message(const GesMessage& m, std::vector<uint8_t>* out) 
             w.owner(m.owner);
             w.u64(m.request_id);
             w.u8(static_cast<uint8_t>(m.mode));
+            if (m.type == GesMsgType::Grant) w.u64(m.token);
             w.resource(m.resource);
             break;
         case GesMsgType::Deny:
@@ -383,6 +385,7 @@ GesWireError encode_ges_message(const GesMessage& m, std::vector<uint8_t>* out) 
                 w.u8(static_cast<uint8_t>(e.granted_mode));
                 w.u8(static_cast<uint8_t>(e.requested_mode));
                 w.u8(e.flags);
+                w.u64(e.token);
                 w.resource(e.resource);
             }
             break;
@@ -419,6 +422,7 @@ GesWireError decode_ges_message(const uint8_t* in, size_t len, GesMessage* out) 
     const uint8_t version = r.u8();
     const uint8_t type = r.u8();
     const uint16_t reserved = r.u16();
+    const uint32_t epoch = r.u32();
     if (!r.ok()) return GesWireError::Truncated;
     if (version != kGesWireVersion) return GesWireError::BadVersion;
     if (type == 0 || type > kMaxGesMsgType) return GesWireError::BadType;
@@ -426,6 +430,7 @@ GesWireError decode_ges_message(const uint8_t* in, size_t len, GesMessage* out) 
 
     GesMessage m;
     m.type = static_cast<GesMsgType>(type);
+    m.epoch = epoch;
     GesWireError err = GesWireError::None;
     // Raw bytes go into the enum fields unchecked; check_message() below
     // rejects every value outside the enum before anyone sees the message.
@@ -457,6 +462,7 @@ GesWireError decode_ges_message(const uint8_t* in, size_t len, GesMessage* out) 
             m.owner = read_owner(r);
             m.request_id = r.u64();
             m.mode = static_cast<LockMode>(r.u8());
+            if (m.type == GesMsgType::Grant) m.token = r.u64();
             if (!read_resource(r, &m.resource, &err)) return err;
             break;
         case GesMsgType::Deny:
@@ -482,6 +488,7 @@ GesWireError decode_ges_message(const uint8_t* in, size_t len, GesMessage* out) 
                 e.granted_mode = static_cast<LockMode>(r.u8());
                 e.requested_mode = static_cast<LockMode>(r.u8());
                 e.flags = r.u8();
+                e.token = r.u64();
                 if (!read_resource(r, &e.resource, &err)) return err;
                 // Checked as it is read, so a bad entry fails before the rest is parsed.
                 if (GesWireError ee = check_entry(e); ee != GesWireError::None) return ee;
@@ -528,7 +535,8 @@ GesWireError decode_ges_message(const uint8_t* in, size_t len, GesMessage* out) 
     return GesWireError::None;
 }
 
-std::vector<std::vector<uint8_t>> encode_replay_messages(const std::vector<ReplayEntry>& entries) {
+std::vector<std::vector<uint8_t>> encode_replay_messages(const std::vector<ReplayEntry>& entries,
+                                                         uint32_t epoch) {
     // Entries that would not decode (the registry never makes one) are left
     // out rather than sent for the master to reject the whole batch.
     std::vector<ReplayEntry> valid;
@@ -540,6 +548,7 @@ std::vector<std::vector<uint8_t>> encode_replay_messages(const std::vector<Repla
         const size_t n = std::min<size_t>(kMaxReplayEntries, valid.size() - pos);
         GesMessage m;
         m.type = GesMsgType::Replay;
+        m.epoch = epoch;
         m.entries.assign(valid.begin() + pos, valid.begin() + pos + n);
         pos += n;
         m.flags = pos == valid.size() ? kReplayLast : 0;
@@ -582,6 +591,7 @@ GesMessage message_for_event(const Event& e) {
     m.resource = e.resource;
     m.mode = e.mode;
     m.request_id = e.request_id;
+    if (e.type == EventType::Granted) m.token = e.token;
     switch (e.type) {
         case EventType::Granted:
             m.type = GesMsgType::Grant;

@@ -3,7 +3,8 @@
 // input: every field is range-checked and the message must use every byte.
 //
 // Every message starts with
-//   0 u8 version (1)   1 u8 type (GesMsgType)   2 u16 reserved (0)
+//   0 u8 version (2)   1 u8 type (GesMsgType)   2 u16 reserved (0)
+//   4 u32 epoch: the sender's membership epoch (docs/ges.md, "Epochs")
 // then, by type (owner = u16 node (1..64), u32 proc;
 //                resource = u8 kind (1 text, 2 bigint), u8 len, len bytes:
 //                text 1..64 bytes without NUL, bigint exactly 8 bytes LE):
@@ -12,13 +13,13 @@
 //   ReleaseAll        owner
 //   Cancel            owner, u64 request_id (0: whatever is pending), u8 reason, resource
 //                     (reason: cancelled, timeout or deadlock)
-//   Grant             owner, u64 request_id, u8 mode, resource
+//   Grant             owner, u64 request_id, u8 mode, u64 fencing token, resource
 //   Bast              owner (the holder), u64 grant's request_id, u8 blocked mode (not NL),
 //                     resource
 //   Deny              owner, u64 request_id, u8 mode, u8 reason, resource
 //   Replay            u8 flags (bit 0: last batch from this node), u8 reserved (0), u16 count,
 //                     count entries: owner, u64 request_id, i64 since, u8 state,
-//                     u8 granted_mode, u8 requested_mode, u8 flags, resource
+//                     u8 granted_mode, u8 requested_mode, u8 flags, u64 token, resource
 //   WaitHint          u16 worker, u32 oldest_wait_ms          (cluster-wide deadlock search:
 //   EdgesRequest      u64 round (nonzero), u32 min_wait_ms     see docs/ges.md, "Deadlocks")
 //   Edges             u64 round (nonzero), u16 worker, u8 flags (bit 0: last part, bit 1:
@@ -39,7 +40,7 @@
 
 namespace pgrac::ic::ges {
 
-inline constexpr uint8_t kGesWireVersion = 1;
+inline constexpr uint8_t kGesWireVersion = 2;
 
 enum class GesMsgType : uint8_t {
     Request = 1,
@@ -66,11 +67,11 @@ enum EdgesFlag : uint8_t {
 };
 inline constexpr uint8_t kKnownEdgesFlags = 0x03;
 
-// Largest encoded entry is 92 bytes; this many fit in one PGRAC_IC_MAX_MESSAGE
+// Largest encoded entry is 100 bytes; this many fit in one PGRAC_IC_MAX_MESSAGE
 // (64 KiB) body with room to spare.
-inline constexpr uint16_t kMaxReplayEntries = 700;
+inline constexpr uint16_t kMaxReplayEntries = 600;
 inline constexpr size_t kMaxGesMessage = 65536;
-// Largest encoded edge is 104 bytes: 600 of them and the 18-byte head fit.
+// Largest encoded edge is 104 bytes: 600 of them and the 22-byte head fit.
 inline constexpr uint16_t kMaxEdgeEntries = 600;
 // LMS worker indexes on the wire (WaitHint, Edges) are below this.
 inline constexpr uint16_t kMaxWireWorkers = 16;
@@ -78,6 +79,8 @@ inline constexpr uint16_t kMaxWireWorkers = 16;
 // One decoded message; only the fields its type uses are meaningful.
 struct GesMessage {
     GesMsgType type = GesMsgType::Request;
+    uint32_t epoch = 0;  // every type: the sender's membership epoch
+    uint64_t token = 0;  // Grant: the fencing token of the grant
     Owner owner;
     ResourceName resource;
     LockMode mode = LockMode::NL;
@@ -123,7 +126,8 @@ GesWireError decode_ges_message(const uint8_t* in, size_t len, GesMessage* out);
 // kMaxReplayEntries entries; the last carries kReplayLast (an empty replay is
 // one message with count 0, so the master still hears "done"). Entries that
 // would not decode are left out.
-std::vector<std::vector<uint8_t>> encode_replay_messages(const std::vector<ReplayEntry>& entries);
+std::vector<std::vector<uint8_t>> encode_replay_messages(const std::vector<ReplayEntry>& entries,
+                                                         uint32_t epoch = 0);
 
 // One source's edges for one round of the cluster-wide deadlock search, split
 // into messages of at most kMaxEdgeEntries edges; the last carries kEdgesLast

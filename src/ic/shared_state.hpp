@@ -11,6 +11,7 @@
 
 #include "ic/error_log.hpp"
 #include "ic/latency_histogram.hpp"
+#include "ic/membership.hpp"
 #include "ic/node_list.hpp"
 #include "ic/seq_check.hpp"
 #include "ic/shm_ring.hpp"
@@ -101,7 +102,7 @@ struct IcShared {
     uint32_t tier_active;     // Tier
     char tier_reason[kDescMax];
     uint64_t incarnation;
-    uint32_t epoch;           // bumped on every membership change seen here
+    uint32_t epoch;           // committed membership epoch (copy of membership's)
     int32_t listener_procno;  // -1 until the listener runs
     uint32_t listener_ready;  // 1 once the transport is listening
     int32_t lms_procno[kMaxLmsWorkers];
@@ -117,6 +118,7 @@ struct IcShared {
     PeerShared peers[kMaxNodes];  // index node_id - 1
     LatencyHistogram total_latency;
     ErrorLog errors;
+    MembershipShared membership;  // views, vote, lease, history (ic/membership.hpp)
 
     uint64_t outbound_off;  // byte offsets from the start of this struct
     uint64_t inbox_off[kMaxLmsWorkers];
@@ -128,7 +130,7 @@ struct IcShared {
 template <typename T>
 inline constexpr bool kShareable = std::is_trivially_copyable_v<T>&& std::is_standard_layout_v<T>;
 static_assert(kShareable<PeerShared> && kShareable<ReplySlot> && kShareable<RdmaStatusShared> &&
-              kShareable<IcShared>);
+              kShareable<IcShared> && kShareable<MembershipShared>);
 
 struct SharedSizing {
     uint32_t n_lms = 2;

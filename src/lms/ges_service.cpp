@@ -65,6 +65,7 @@ struct OutMsg {
 std::vector<OutMsg> g_out;
 size_t g_out_sent = 0;
 std::vector<std::string> g_logs;
+std::vector<std::string> g_warnings;    // WARNING
 std::vector<std::string> g_debug_logs;  // DEBUG1
 
 struct Key {
@@ -84,66 +85,31 @@ std::string list_text(const std::vector<uint16_t>& v) {
 class Worker {
   public:
     Worker(uint32_t index, uint16_t self) : index_(index), self_(self), table_(self) {
-        live_.push_back(self);
-        if (GesShared* g = ges_shared())
-            for (int i = 0; i < kMaxNodes; i++) seen_lost_[i] = load_acquire(&g->lost_count[i]);
+        if (GesShared* g = ges_shared()) shard_fences_seen_ = load_acquire(&g->shard_fences[index]);
+        if (IcShared* shm = shared()) fences_seen_ = lease_fences(lease_word(&shm->membership));
     }
 
     // ---- restart of this LMS worker (docs/ges.md, "LMS restart")
     //
     // The previous process of this worker took its lock table (the master
-    // side of the shard) and its registry (this node's client side) with it.
-    // Nobody else noticed: the node stayed UP, so no membership change makes
-    // the others replay. Ask them: every other live node's worker of the same
-    // index replays its locks mastered here (the remastering path: the table
-    // is frozen until every live node's last batch has arrived, or the
-    // barrier times out, and new requests queue behind the replayed ones), and
-    // sends back what its table holds for this node's owners (the registry).
-    void start_recovery(int64_t now) {
-        live_ = current_live();
-        table_.begin_replay();
-        replaying_ = true;
-        recovering_ = true;
-        replay_done_.clear();
-        replay_done_.insert(self_);  // this node's registry for the shard is gone with it
-        early_last_.clear();
-        replay_deadline_ = now + static_cast<int64_t>(std::max(1000, pgrac_peer_timeout_ms)) * 1000;
-        g_logs.push_back("GES (LMS " + std::to_string(index_) +
-                         "): restarted; rebuilding the shard from nodes " + list_text(live_));
-        for (uint16_t n : live_)
-            if (n != self_) g_out.push_back({n, kMsgGesRecover, index_, {}});
-        maybe_end_replay(now, false);
-    }
-
-    // Another node's worker of this index restarted and asks for its shard.
-    void on_recover(uint16_t src, int64_t now) {
+    // side of the shard) and its registry (this node's client side of it)
+    // with it. The node's backends still believe in their locks of this
+    // shard, and the masters still list them, but nothing here could replay
+    // them: so they are voided (shard_fences[w], which every holder checks at
+    // its next GES call), and a new epoch is asked for, in which every master
+    // rebuilds its table from the registries. Until that epoch the worker
+    // serves nothing: its empty table must not grant.
+    void start_after_restart(int64_t now) {
         (void)now;
-        g_logs.push_back("GES (LMS " + std::to_string(index_) + "): node " + std::to_string(src) +
-                         " LMS " + std::to_string(index_) +
-                         " restarted; replaying its shard to it");
-        // Client side: our locks it masters (all of them: it lost its table).
-        std::vector<ReplayEntry> entries;
-        for (ReplayBatch& b : registry_.plan_replay(live_, live_, {src}))
-            if (b.master == src) entries = std::move(b.entries);
-        for (std::vector<uint8_t>& body : encode_replay_messages(entries))
-            g_out.push_back({src, kMsgGesMaster, index_, std::move(body)});
-        // Master side: what its owners hold and wait for here.
-        for (std::vector<uint8_t>& body : encode_replay_messages(table_.entries_of_node(src)))
-            g_out.push_back({src, kMsgGesRestore, index_, std::move(body)});
-    }
-
-    // Entries of this node's owners from a master: the registry rebuilt.
-    void on_restore(uint16_t src, const GesMessage& m) {
-        size_t n = 0;
-        for (const ReplayEntry& e : m.entries) {
-            if (e.owner.node != self_) continue;
-            registry_.restore(e);
-            n++;
-        }
-        if (recovering_ && (m.flags & kReplayLast))
-            g_debug_logs.push_back("GES (LMS " + std::to_string(index_) + "): node " +
-                                   std::to_string(src) + " restored the registry (" +
-                                   std::to_string(n) + " entries in its last batch)");
+        IcShared* shm = shared();
+        GesShared* g = ges_shared();
+        min_epoch_ = committed_view(&shm->membership).epoch + 1;
+        shard_fences_seen_ = fetch_add(&g->shard_fences[index_], 1u) + 1;
+        count(&shm->membership.bump_requests);
+        g_logs.push_back("GES (LMS " + std::to_string(index_) +
+                         "): restarted; this node's global locks in its shard are void, and it "
+                         "serves again from epoch " +
+                         std::to_string(min_epoch_) + " on");
     }
 
     // ---- owners whose backend is gone (docs/ges.md, "Cleanup")
@@ -208,8 +174,11 @@ class Worker {
         registry_.on_released_all(o);
         erase_owner(&cancelling_, o);
         erase_owner(&orphans_, o);
+        erase_owner(&held_tokens_, o);
+        if (epoch_ == 0) return;  // outside an epoch the next replay leaves them out
         GesMessage m;
         m.type = GesMsgType::ReleaseAll;
+        m.epoch = epoch_;
         m.owner = o;
         std::vector<uint8_t> body;
         if (encode_ges_message(m, &body) != GesWireError::None) return;
@@ -223,75 +192,116 @@ class Worker {
 
     uint32_t index() const { return index_; }
 
-    // ---- membership and remastering
-
-    std::vector<uint16_t> current_live() const {
-        std::vector<uint16_t> live{self_};
-        IcShared* shm = shared();
-        for (int n = 1; n <= kMaxNodes; n++) {
-            if (n == self_) continue;
-            PeerShared* p = peer_shared(shm, static_cast<uint32_t>(n));
-            if (p != nullptr && static_cast<PeerState>(load_relaxed(&p->state)) == PeerState::Up)
-                live.push_back(static_cast<uint16_t>(n));
-        }
-        std::sort(live.begin(), live.end());
-        return live;
-    }
+    // ---- membership, fencing and epochs (docs/ges.md, "Membership, leases and epochs")
+    //
+    // The worker follows the committed view and this node's lease
+    // (ic/membership.hpp), never raw peer states. In each epoch every master
+    // starts from an empty table, rebuilt from every member's registry
+    // (replay), and serves nothing until each member's last batch of that
+    // epoch has arrived: no timeout ends the barrier early. Messages of an
+    // older epoch are refused; those of a newer one wait until this worker
+    // has adopted it.
 
     void check_membership(int64_t now) {
-        std::vector<uint16_t> lost;
-        if (GesShared* g = ges_shared()) {
-            for (int i = 0; i < kMaxNodes; i++) {
-                const uint32_t v = load_acquire(&g->lost_count[i]);
-                if (v == seen_lost_[i]) continue;
-                seen_lost_[i] = v;
-                if (i + 1 != self_) lost.push_back(static_cast<uint16_t>(i + 1));
-            }
+        IcShared* shm = shared();
+        GesShared* g = ges_shared();
+        MembershipShared* ms = &shm->membership;
+        const uint64_t now_ms = monotonic_ns() / 1000000;
+        if (fence_if_lapsed(ms, now_ms))
+            g_logs.push_back("GES (LMS " + std::to_string(index_) +
+                             "): this node's lease expired; fencing it");
+        // The view first: a fence is published before any later epoch.
+        const View v = committed_view(ms);
+        const uint64_t w = lease_word(ms);
+        const uint32_t shard = load_acquire(&g->shard_fences[index_]);
+        if (lease_fences(w) != fences_seen_ || shard != shard_fences_seen_) {
+            const bool node = lease_fences(w) != fences_seen_;
+            fences_seen_ = lease_fences(w);
+            shard_fences_seen_ = shard;
+            drop_everything(node ? "this node was fenced (it lost its lease)"
+                                 : "this LMS worker restarted");
         }
-        std::vector<uint16_t> live = current_live();
-        if (live == live_ && lost.empty()) return;
-        const std::vector<uint16_t> old = live_;
-        live_ = live;
-        std::vector<uint16_t> departed = lost;
-        for (uint16_t n : old)
-            if (!std::binary_search(live_.begin(), live_.end(), n)) departed.push_back(n);
-        std::sort(departed.begin(), departed.end());
-        departed.erase(std::unique(departed.begin(), departed.end()), departed.end());
-        std::vector<uint16_t> restarted;
-        for (uint16_t n : lost)
-            if (std::binary_search(live_.begin(), live_.end(), n)) restarted.push_back(n);
-        if (old.size() > 1 || live_.size() > 1 || !lost.empty())
-            g_logs.push_back("GES (LMS " + std::to_string(index_) + "): membership " +
-                             list_text(old) + " -> " + list_text(live_) + ", lost " +
-                             list_text(lost) + "; remastering");
+        const bool ok = lease_valid(w, now_ms) && has_node(v.members, self_);
+        if (!ok) {
+            if (epoch_ != 0) {
+                g_logs.push_back("GES (LMS " + std::to_string(index_) +
+                                 "): not a member of epoch " + std::to_string(v.epoch) +
+                                 " with a lease; serving nothing");
+                stop_serving();
+            }
+            member_ = false;
+            return;
+        }
+        member_ = true;
+        if (v.epoch != epoch_) start_epoch(v, now);
+    }
 
-        // Master side: freeze, forget the departed, wait for every live
-        // node's replay (or the timeout).
+    // Everything this worker knew is void (the node was fenced, or the
+    // worker restarted): waiting backends are told, the rest forgotten.
+    void drop_everything(const char* why) {
+        size_t waiting = 0;
+        for (const ReplayEntry& e : registry_.locks()) {
+            if (e.owner.node != self_ || e.state == LockState::Granted) continue;
+            ges_deliver(static_cast<int32_t>(e.owner.proc), e.request_id,
+                        kGesDenied | static_cast<uint32_t>(DenyReason::NoQuorum) << 8);
+            waiting++;
+        }
+        g_logs.push_back("GES (LMS " + std::to_string(index_) + "): " + why + "; dropping " +
+                         std::to_string(registry_.size()) + " local lock entries (" +
+                         std::to_string(waiting) + " waiting, denied) and " +
+                         std::to_string(table_.lock_count()) + " mastered locks");
+        registry_ = ClientRegistry();
+        held_tokens_.clear();
+        stop_serving();
+    }
+
+    void stop_serving() {
+        table_ = LockTable(self_);
+        tokens_.clear();
+        cancelling_.clear();
+        orphans_.clear();
+        replaying_ = false;
+        round_.finish();
+        epoch_ = 0;
+        live_.assign(1, self_);
+    }
+
+    void start_epoch(const View& v, int64_t now) {
+        if (v.epoch < min_epoch_) return;  // a restarted worker waits for a new epoch
+        const std::vector<uint16_t> old = live_;
+        const uint32_t old_epoch = epoch_;
+        epoch_ = v.epoch;
+        live_.clear();
+        for (uint16_t n : mask_nodes(v.members)) live_.push_back(n);
+        table_ = LockTable(self_);
+        tokens_.clear();
         table_.begin_replay();
         replaying_ = true;
-        Events ev;
-        for (uint16_t d : departed) {
-            Events e = table_.release_node(d, now);
-            ev.insert(ev.end(), e.begin(), e.end());
-        }
-        table_.drop_unmastered(live_);
+        barrier_since_ = now;
+        barrier_warned_ = false;
         replay_done_.clear();
-        for (uint16_t s : live_) {
-            auto it = early_last_.find(s);
-            if (it != early_last_.end() && now - it->second < kEarlyMarkerWindowUs)
-                replay_done_.insert(s);
+        cancelling_.clear();
+        orphans_.clear();
+        round_.finish();
+        if (old != live_ || old_epoch == 0)
+            g_logs.push_back("GES (LMS " + std::to_string(index_) + "): epoch " +
+                             std::to_string(old_epoch) + " " + list_text(old) + " -> " +
+                             std::to_string(epoch_) + " " + list_text(live_) +
+                             "; rebuilding the shard");
+        else
+            g_debug_logs.push_back("GES (LMS " + std::to_string(index_) + "): epoch " +
+                                   std::to_string(epoch_) + "; rebuilding the shard");
+        // Client side: every member gets our locks it masters now (possibly
+        // none: the last-batch marker is what it waits for).
+        std::map<uint16_t, std::vector<ReplayEntry>> by_master;
+        for (uint16_t m : live_) by_master[m];
+        for (ReplayEntry e : registry_.locks()) {
+            auto t = held_tokens_.find(Key{e.resource, e.owner});
+            if (t != held_tokens_.end() && e.state != LockState::Waiting) e.token = t->second;
+            by_master[master_for(e.resource, live_)].push_back(e);
         }
-        early_last_.clear();
-        replay_deadline_ = now + static_cast<int64_t>(std::max(1000, pgrac_peer_timeout_ms)) * 1000;
-
-        // Client side: every live master gets our replay for it (possibly
-        // empty: the last-batch marker is what it waits for).
-        std::vector<ReplayBatch> plan = registry_.plan_replay(old, live_, restarted);
-        for (uint16_t m : live_) {
-            std::vector<ReplayEntry> entries;
-            for (ReplayBatch& b : plan)
-                if (b.master == m) entries = std::move(b.entries);
-            for (std::vector<uint8_t>& body : encode_replay_messages(entries)) {
+        for (auto& [m, entries] : by_master) {
+            for (std::vector<uint8_t>& body : encode_replay_messages(entries, epoch_)) {
                 if (m == self_) {
                     GesMessage dm;
                     if (decode_ges_message(body.data(), body.size(), &dm) == GesWireError::None)
@@ -301,34 +311,99 @@ class Worker {
                 }
             }
         }
-        dispatch(ev, now);
-        maybe_end_replay(now, false);
+        // Messages of this epoch that came before we adopted it.
+        std::vector<Stashed> later;
+        std::vector<Stashed> now_due;
+        for (Stashed& s : stash_) {
+            if (s.m.epoch > epoch_)
+                later.push_back(std::move(s));
+            else if (s.m.epoch == epoch_)
+                now_due.push_back(std::move(s));
+        }
+        stash_ = std::move(later);
+        for (Stashed& s : now_due) {
+            if (s.reply)
+                on_reply(s.src, s.m, now);
+            else
+                on_master(s.src, s.m, now);
+        }
+        maybe_end_replay(now);
     }
 
-    void maybe_end_replay(int64_t now, bool timed_out) {
-        if (!replaying_) return;
-        bool all = true;
-        for (uint16_t s : live_) all = all && replay_done_.count(s) > 0;
-        if (!all && !timed_out) return;
-        if (!all)
+    // A message for an epoch this worker has not adopted yet: keep it (bounded).
+    void stash(uint16_t src, const GesMessage& m, bool reply) {
+        if (stash_.size() >= kMaxStash) {
             g_logs.push_back("GES (LMS " + std::to_string(index_) +
-                             "): replay barrier timed out; serving the queues");
-        replaying_ = false;
-        if (recovering_) {
-            recovering_ = false;
-            g_logs.push_back("GES (LMS " + std::to_string(index_) +
-                             "): shard rebuilt after the restart (" +
-                             std::to_string(table_.lock_count()) + " locks)");
+                             "): too many messages of a future epoch; dropping one from node " +
+                             std::to_string(src));
+            return;
         }
+        stash_.push_back(Stashed{src, reply, m});
+    }
+
+    // Whether a message of epoch e may be acted on now (else it is stashed or refused).
+    bool epoch_ok(uint16_t src, const GesMessage& m, bool reply, int64_t now) {
+        if (m.epoch > epoch_) {
+            check_membership(now);
+            if (m.epoch > epoch_) {
+                const uint32_t committed = committed_view(&shared()->membership).epoch;
+                if (m.epoch > committed || epoch_ == 0) stash(src, m, reply);
+                return false;
+            }
+        }
+        if (epoch_ == 0) return false;
+        if (m.epoch < epoch_) {
+            if (GesShared* g = ges_shared()) count(&g->stale_epoch_refused);
+            count(&shared()->membership.stale_epoch_messages);
+            shared()->errors.add(
+                ErrorType::StaleEpoch, Severity::Info, src, unix_time_us(),
+                (std::string(ges_msg_type_name(m.type)) + " of epoch " + std::to_string(m.epoch) +
+                 " refused in epoch " + std::to_string(epoch_))
+                    .c_str());
+            g_debug_logs.push_back(std::string("GES: ") + ges_msg_type_name(m.type) + " of epoch " +
+                                   std::to_string(m.epoch) + " from node " + std::to_string(src) +
+                                   " refused in epoch " + std::to_string(epoch_));
+            return false;
+        }
+        return true;
+    }
+
+    void refuse_source(uint16_t src, const GesMessage& m, const char* why) {
+        if (GesShared* g = ges_shared()) count(&g->wrong_source_refused);
+        std::string text = std::string("GES: ") + ges_msg_type_name(m.type) + " from node " +
+                           std::to_string(src) + " refused: " + why;
+        if (wrong_source_logged_++ < 20) g_logs.push_back(text);
+        shared()->errors.add(ErrorType::WrongSource, Severity::Warning, src, unix_time_us(),
+                             text.c_str());
+    }
+
+    void maybe_end_replay(int64_t now) {
+        if (!replaying_) return;
+        std::string missing;
+        for (uint16_t s : live_)
+            if (replay_done_.count(s) == 0) missing += " " + std::to_string(s);
+        if (!missing.empty()) {
+            const int64_t wait = static_cast<int64_t>(pgrac_peer_timeout_ms) * 1000;
+            if (!barrier_warned_ && now - barrier_since_ > wait) {
+                barrier_warned_ = true;
+                g_logs.push_back("GES (LMS " + std::to_string(index_) + "): epoch " +
+                                 std::to_string(epoch_) + " still waits for the replay of node(s)" +
+                                 missing +
+                                 "; their shard is not served until they report or "
+                                 "leave the membership");
+            }
+            return;
+        }
+        replaying_ = false;
         dispatch(table_.end_replay(now), now);
     }
 
     void tick(int64_t now) {
         check_membership(now);
-        if (replaying_ && now >= replay_deadline_) maybe_end_replay(now, true);
-        if (!replaying_) dispatch(table_.expire(now), now);
+        maybe_end_replay(now);
+        if (epoch_ != 0 && !replaying_) dispatch(table_.expire(now), now);
         reap_dead_owners(now);
-        deadlock_tick(now);
+        if (epoch_ != 0) deadlock_tick(now);
     }
 
     // ---- the cluster-wide deadlock search (docs/ges.md, "Deadlocks")
@@ -479,6 +554,7 @@ class Worker {
             c.resource = v.resource;
             c.request_id = v.request_id;
             c.reason = DenyReason::Deadlock;
+            c.epoch = epoch_;
             if (v.master == self_ && worker_for(v.resource, n_lms) == index_) {
                 on_master(self_, c, now);
                 continue;
@@ -493,6 +569,12 @@ class Worker {
 
     void on_client(const GesMessage& m, int64_t now) {
         const Key k{m.resource, m.owner};
+        if (!member_ && (m.type == GesMsgType::Request || m.type == GesMsgType::Convert)) {
+            // Not a member with a lease (joining, fenced, no quorum): refuse at once.
+            ges_deliver(static_cast<int32_t>(m.owner.proc), m.request_id,
+                        kGesDenied | static_cast<uint32_t>(DenyReason::NoQuorum) << 8);
+            return;
+        }
         switch (m.type) {
             case GesMsgType::Request:
             case GesMsgType::Convert:
@@ -504,10 +586,11 @@ class Worker {
                                                  << 8);
                     return;
                 }
-                to_master(m, now);
+                to_master(m, now);  // outside an epoch, the next epoch's replay carries it
                 return;
             case GesMsgType::Release:
                 registry_.on_released(m.owner, m.resource);
+                held_tokens_.erase(k);
                 cancelling_.erase(k);
                 orphans_.erase(k);
                 to_master(m, now);
@@ -538,6 +621,25 @@ class Worker {
     // ---- master side
 
     void on_master(uint16_t src, const GesMessage& m, int64_t now) {
+        if (!epoch_ok(src, m, false, now)) return;
+        if (!std::binary_search(live_.begin(), live_.end(), src)) {
+            refuse_source(src, m, "the node is not a member of this epoch");
+            return;
+        }
+        // The master acts on the authenticated source, not on the body: an
+        // owner is always a backend of the node that sends for it (a deadlock
+        // victim's cancel comes from the search's coordinator).
+        const bool coordinator_cancel =
+            m.type == GesMsgType::Cancel && m.reason == DenyReason::Deadlock;
+        if (m.type != GesMsgType::Replay && m.owner.node != src && !coordinator_cancel) {
+            refuse_source(src, m, "it names an owner of another node");
+            return;
+        }
+        if (m.type != GesMsgType::Replay && m.type != GesMsgType::ReleaseAll &&
+            master_for(m.resource, live_) != self_) {
+            refuse_source(src, m, "this node is not the resource's master in this epoch");
+            return;
+        }
         Events ev;
         switch (m.type) {
             case GesMsgType::Request:
@@ -554,35 +656,64 @@ class Worker {
                 break;
             }
             case GesMsgType::Release:
+                tokens_.erase(Key{m.resource, m.owner});
                 ev = table_.release(m.owner, m.resource, now);
                 break;
             case GesMsgType::ReleaseAll:
+                erase_owner(&tokens_, m.owner);
                 ev = table_.release_all(m.owner, now);
                 break;
             case GesMsgType::Cancel:
                 ev = table_.cancel(m.owner, m.resource, m.request_id, m.reason, now);
                 break;
-            case GesMsgType::Replay:
-                ev = table_.ingest_replay(m.entries, now);
-                if (m.flags & kReplayLast) {
-                    if (replaying_)
-                        replay_done_.insert(src);
-                    else
-                        early_last_[src] = now;
+            case GesMsgType::Replay: {
+                for (const ReplayEntry& e : m.entries) {
+                    if (e.owner.node != src || master_for(e.resource, live_) != self_) {
+                        refuse_source(src, m, "a replayed lock is not the sender's or not ours");
+                        return;
+                    }
                 }
+                const uint64_t conflicts = table_.replay_conflicts();
+                ev = table_.ingest_replay(m.entries, now);
+                if (table_.replay_conflicts() != conflicts) report_replay_conflict(src, m);
+                for (const ReplayEntry& e : m.entries)
+                    if (e.state != LockState::Waiting && e.token != 0)
+                        tokens_[Key{e.resource, e.owner}] = e.token;
+                if (m.flags & kReplayLast) replay_done_.insert(src);
                 break;
+            }
             default:
                 g_logs.push_back(std::string("GES: unexpected ") + ges_msg_type_name(m.type) +
                                  " from node " + std::to_string(src));
                 return;
         }
         dispatch(ev, now);
-        maybe_end_replay(now, false);
+        maybe_end_replay(now);
+    }
+
+    // Two members replayed grants that conflict: a double grant happened
+    // before (it must not). Said loudly; the table keeps both, so that
+    // neither is granted anything more until one releases.
+    void report_replay_conflict(uint16_t src, const GesMessage& m) {
+        if (GesShared* g = ges_shared()) count(&g->replay_conflicts);
+        std::string text = "GES (LMS " + std::to_string(index_) + "): epoch " +
+                           std::to_string(epoch_) + ": a lock replayed by node " +
+                           std::to_string(src) + " conflicts with a granted one (" +
+                           std::to_string(m.entries.size()) + " entries in the batch)";
+        g_warnings.push_back(text);
+        shared()->errors.add(ErrorType::ReplayConflict, Severity::Error, src, unix_time_us(),
+                             text.c_str());
     }
 
     // ---- client side: from masters
 
-    void on_reply(const GesMessage& m, int64_t now) {
+    void on_reply(uint16_t src, const GesMessage& m, int64_t now) {
+        if (!epoch_ok(src, m, true, now)) return;
+        // Replies only from the node that masters the resource in this epoch.
+        if (src != master_for(m.resource, live_) || m.owner.node != self_) {
+            refuse_source(src, m, "it is not the resource's master in this epoch");
+            return;
+        }
         const Key k{m.resource, m.owner};
         const int32_t pid = static_cast<int32_t>(m.owner.proc);
         if (m.type == GesMsgType::Bast) {
@@ -592,21 +723,29 @@ class Worker {
         auto c = cancelling_.find(k);
         const bool cancelled = c != cancelling_.end() && c->second.request_id == m.request_id;
         if (cancelled) cancelling_.erase(c);
+        auto e = registry_.find(m.owner, m.resource);
         if (m.type == GesMsgType::Grant) {
             if (cancelled) {
                 // Granted before the cancel reached the master: give it back,
                 // unless a newer request of the owner is already on its way
                 // (the master treats that one as a conversion of this grant).
-                auto e = registry_.find(m.owner, m.resource);
                 if (e && e->state != LockState::Granted)
                     orphans_[k] = LockMode::NL;
                 else
                     undo(m.owner, m.resource, now);
                 return;
             }
+            if (!e || (e->state != LockState::Granted && e->request_id != m.request_id)) {
+                // A grant nobody waits for (the backend ended, its request was
+                // dropped): give it back, or the lock would leak.
+                if (!e) undo(m.owner, m.resource, now);
+                return;
+            }
+            if (e->state == LockState::Granted) return;  // a duplicate
             registry_.on_granted(m.owner, m.resource, m.request_id, now);
             orphans_.erase(k);
-            ges_deliver(pid, m.request_id, kGesGranted);
+            held_tokens_[k] = m.token;
+            ges_deliver(pid, m.request_id, kGesGranted, m.token);
         } else if (m.type == GesMsgType::Deny) {
             if (cancelled) return;
             registry_.on_denied(m.owner, m.resource, m.request_id);
@@ -618,15 +757,29 @@ class Worker {
             ges_deliver(pid, m.request_id, kGesDenied | static_cast<uint32_t>(m.reason) << 8);
         }
     }
-
-    // Rows of this worker's table for the view.
+    // Rows of this worker's table for the view, with each holder's token.
     std::vector<LockRow> snapshot() const { return table_.snapshot(); }
+    uint64_t token_of(const LockRow& r) const {
+        for (const auto& [k, t] : tokens_)
+            if (k.owner.node == r.owner_node && k.owner.proc == r.proc &&
+                k.resource.to_string() == r.resource)
+                return t;
+        return 0;
+    }
+    uint32_t epoch() const { return epoch_; }
+    bool replaying() const { return replaying_; }
 
   private:
     struct Undo {
         uint64_t request_id;
         LockMode prior;
     };
+    struct Stashed {
+        uint16_t src;
+        bool reply;
+        GesMessage m;
+    };
+    static constexpr size_t kMaxStash = 100000;
 
     template <typename Map>
     static void erase_owner(Map* m, Owner o) {
@@ -652,7 +805,12 @@ class Worker {
         to_master(m, now);
     }
 
-    void to_master(const GesMessage& m, int64_t now) {
+    // Outside an epoch nothing is sent: the registry holds the request, and
+    // the next epoch's replay carries it to the master.
+    void to_master(const GesMessage& msg, int64_t now) {
+        if (epoch_ == 0) return;
+        GesMessage m = msg;
+        m.epoch = epoch_;
         const uint16_t master = master_for(m.resource, live_);
         if (master == self_) {
             on_master(self_, m, now);
@@ -662,11 +820,24 @@ class Worker {
         if (encode_ges_message(m, &out.body) == GesWireError::None) g_out.push_back(std::move(out));
     }
 
+    // Each grant gets a fencing token: the epoch in the high 32 bits, a
+    // counter of this worker's grants in the epoch in the low 32. One master
+    // per resource and epoch, and epochs only grow: so a resource's tokens
+    // grow strictly across the cluster (docs/ges.md, "Fencing tokens").
     void dispatch(const Events& ev, int64_t now) {
         for (const Event& e : ev) {
             GesMessage r = message_for_event(e);
+            r.epoch = epoch_;
+            if (e.type == EventType::Granted) {
+                if (grant_epoch_ != epoch_) {
+                    grant_epoch_ = epoch_;
+                    grant_seq_ = 0;
+                }
+                r.token = (static_cast<uint64_t>(epoch_) << 32) | ++grant_seq_;
+                tokens_[Key{e.resource, e.owner}] = r.token;
+            }
             if (e.owner.node == self_) {
-                on_reply(r, now);
+                on_reply(self_, r, now);
                 continue;
             }
             OutMsg out{e.owner.node, kMsgGesReply, route_key_for(e.resource), {}};
@@ -679,16 +850,27 @@ class Worker {
     uint16_t self_;
     LockTable table_;
     ClientRegistry registry_;
-    std::vector<uint16_t> live_;
-    uint32_t seen_lost_[kMaxNodes] = {};
+    std::vector<uint16_t> live_{self_};
+    // Membership as this worker follows it.
+    uint32_t epoch_ = 0;      // the epoch served (0: none)
+    uint32_t min_epoch_ = 0;  // a restarted worker serves from this epoch on
+    bool member_ = false;     // a member with a valid lease
+    uint32_t fences_seen_ = 0;
+    uint32_t shard_fences_seen_ = 0;
+    std::vector<Stashed> stash_;  // messages of an epoch not adopted yet
+    int64_t barrier_since_ = 0;
+    bool barrier_warned_ = false;
+    uint64_t wrong_source_logged_ = 0;
+    // Fencing tokens: of grants made here (master), of locks held here (client).
+    std::map<Key, uint64_t> tokens_;
+    std::map<Key, uint64_t> held_tokens_;
+    uint32_t grant_epoch_ = 0;
+    uint32_t grant_seq_ = 0;
     std::map<Key, Undo> cancelling_;   // requests cancelled, answer not yet seen
     std::map<Key, LockMode> orphans_;  // late grants superseded by a newer request
     bool replaying_ = false;
-    bool recovering_ = false;  // the replay is the rebuild after a restart
     int64_t last_reap_ = 0;
     std::set<uint16_t> replay_done_;
-    std::map<uint16_t, int64_t> early_last_;
-    int64_t replay_deadline_ = 0;
     uint64_t next_internal_id_ = 1;
     uint64_t bast_count_ = 0;
     // Deadlock search: every worker's hinting, and the coordinator's round.
@@ -715,38 +897,40 @@ uint32_t worker_index_of(const pgrac_ic_message* msg) {
 // Sends what the C++ code queued and emits its log lines. Plain loops over
 // globals: a longjmp out of pgrac_ic_send leaves nothing to destroy.
 void flush() {
+    bool lost = false;
     for (; g_out_sent < g_out.size(); g_out_sent++) {
         const OutMsg& o = g_out[g_out_sent];
         const int rc = pgrac_ic_send(o.node, o.type, o.route_key, o.body.data(),
                                      static_cast<uint32_t>(o.body.size()), PGRAC_IC_CONTROL, -1);
-        if (rc != PGRAC_IC_OK && rc != PGRAC_IC_UNREACHABLE)
-            ereport(LOG, (errmsg("pgrac_ic GES: message to node %u not sent: %s", o.node,
-                                 pgrac_ic_strerror(rc))));
+        if (rc == PGRAC_IC_OK) continue;
+        // A lost GES message leaves a master and a registry apart: ask for a
+        // new epoch, in which every master rebuilds from the registries.
+        if (!lost && o.type != kMsgGesDeadlock) count(&shared()->membership.bump_requests);
+        lost = lost || o.type != kMsgGesDeadlock;
+        if (rc != PGRAC_IC_UNREACHABLE)
+            ereport(LOG, (errmsg("pgrac_ic GES: message to node %u not sent: %s; asking for a new "
+                                 "epoch to resynchronise",
+                                 o.node, pgrac_ic_strerror(rc))));
     }
     g_out.clear();
     g_out_sent = 0;
     for (size_t i = 0; i < g_logs.size(); i++)
         ereport(LOG, (errmsg("pgrac_ic %s", g_logs[i].c_str())));
     g_logs.clear();
+    for (size_t i = 0; i < g_warnings.size(); i++)
+        ereport(WARNING, (errmsg("pgrac_ic %s", g_warnings[i].c_str())));
+    g_warnings.clear();
     for (size_t i = 0; i < g_debug_logs.size(); i++)
         ereport(DEBUG1, (errmsg("pgrac_ic %s", g_debug_logs[i].c_str())));
     g_debug_logs.clear();
 }
 
-enum class Role { Client, Master, Reply, Deadlock, Recover, Restore };
+enum class Role { Client, Master, Reply, Deadlock };
 
 int handle(Role role, const pgrac_ic_message* msg) {
     char err[256];
     const bool ok = guarded(
         [&] {
-            if (role == Role::Recover) {
-                Worker& w = worker(worker_index_of(msg));
-                const int64_t now = unix_time_us();
-                w.check_membership(now);
-                if (msg->src_node != pgrac_node_id)
-                    w.on_recover(static_cast<uint16_t>(msg->src_node), now);
-                return;
-            }
             GesMessage m;
             const GesWireError we =
                 decode_ges_message(static_cast<const uint8_t*>(msg->body), msg->len, &m);
@@ -766,16 +950,10 @@ int handle(Role role, const pgrac_ic_message* msg) {
                     w.on_master(static_cast<uint16_t>(msg->src_node), m, now);
                     break;
                 case Role::Reply:
-                    w.on_reply(m, now);
+                    w.on_reply(static_cast<uint16_t>(msg->src_node), m, now);
                     break;
                 case Role::Deadlock:
                     w.on_deadlock(static_cast<uint16_t>(msg->src_node), m, now);
-                    break;
-                case Role::Restore:
-                    if (m.type == GesMsgType::Replay)
-                        w.on_restore(static_cast<uint16_t>(msg->src_node), m);
-                    break;
-                case Role::Recover:
                     break;
             }
         },
@@ -798,16 +976,9 @@ int ges_deadlock_handler(const pgrac_ic_message* msg, pgrac_ic_reply*) {
     return handle(Role::Deadlock, msg);
 }
 
-int ges_recover_handler(const pgrac_ic_message* msg, pgrac_ic_reply*) {
-    return handle(Role::Recover, msg);
-}
-int ges_restore_handler(const pgrac_ic_message* msg, pgrac_ic_reply*) {
-    return handle(Role::Restore, msg);
-}
-
 // View RPC reply: u32 n_lms | u32 rows | u8 truncated | rows of
 //   u8 len, resource text | u16 master | u16 node | u32 pid | u8 mode
-//   | u8 held_mode | u8 state | i64 since (Unix us)
+//   | u8 held_mode | u8 state | i64 since (Unix us) | u64 fencing token (0: none)
 std::vector<uint8_t> g_view;
 
 template <typename T>
@@ -829,7 +1000,7 @@ int ges_view_handler(const pgrac_ic_message* msg, pgrac_ic_reply* reply) {
             put<uint8_t>(&g_view, 0);
             uint32_t rows = 0;
             for (const LockRow& r : w.snapshot()) {
-                if (g_view.size() + r.resource.size() + 32 > reply->capacity) {
+                if (g_view.size() + r.resource.size() + 40 > reply->capacity) {
                     g_view[8] = 1;
                     break;
                 }
@@ -842,6 +1013,7 @@ int ges_view_handler(const pgrac_ic_message* msg, pgrac_ic_reply* reply) {
                 put<uint8_t>(&g_view, static_cast<uint8_t>(r.held_mode));
                 put<uint8_t>(&g_view, static_cast<uint8_t>(r.state));
                 put<int64_t>(&g_view, r.since);
+                put<uint64_t>(&g_view, r.state == LockState::Waiting ? 0 : w.token_of(r));
                 rows++;
             }
             for (int i = 0; i < 4; i++) g_view[4 + i] = static_cast<uint8_t>(rows >> (8 * i));
@@ -862,8 +1034,6 @@ void register_ges_handlers() {
     put_handler(kMsgGesReply, "ges reply", ges_reply_handler);
     put_handler(kMsgGesView, "ges view", ges_view_handler);
     put_handler(kMsgGesDeadlock, "ges deadlock search", ges_deadlock_handler);
-    put_handler(kMsgGesRecover, "ges lms recovery", ges_recover_handler);
-    put_handler(kMsgGesRestore, "ges registry restore", ges_restore_handler);
 }
 
 void lms_start(int worker_index) {
@@ -875,7 +1045,7 @@ void lms_start(int worker_index) {
     const bool ok = guarded(
         [&] {
             Worker& w = worker(static_cast<uint32_t>(worker_index));
-            if (before > 0) w.start_recovery(unix_time_us());
+            if (before > 0) w.start_after_restart(unix_time_us());
         },
         err, sizeof err);
     flush();

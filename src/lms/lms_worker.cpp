@@ -168,10 +168,13 @@ void pgrac_ic_lms_main(Datum arg) {
     // (replay from the other nodes; requests queue meanwhile).
     pgrac::glue::lms_start(index);
 
+    const uint64_t tick_ns = static_cast<uint64_t>(pgrac::glue::lms_tick_interval_ms()) * 1000000;
+    uint64_t last_tick_ns = 0;
     while (!ShutdownRequestPending) {
         ResetLatch(MyLatch);
         // GES: membership changes, request deadlines (src/lms/ges_service.cpp).
         pgrac::glue::lms_tick(index);
+        last_tick_ns = monotonic_ns();
         const uint8_t* rec;
         size_t len;
         // Serve what is there, then keep polling a little: the next request
@@ -187,6 +190,12 @@ void pgrac_ic_lms_main(Datum arg) {
                 inbox.pop();
                 CHECK_FOR_INTERRUPTS();
                 idle_since = monotonic_ns();
+                // Housekeeping (expiry, reaper, deadlock rounds, membership)
+                // stays on time under a stream that never pauses.
+                if (idle_since - last_tick_ns >= tick_ns) {
+                    pgrac::glue::lms_tick(index);
+                    last_tick_ns = monotonic_ns();
+                }
             }
             if (ShutdownRequestPending || monotonic_ns() - idle_since >= g_spin.budget_ns()) break;
             sched_yield();

@@ -30,6 +30,7 @@ PG_FUNCTION_INFO_V1(pgrac_ges_unlock_all_sql);
 PG_FUNCTION_INFO_V1(pgrac_ges_locks);
 PG_FUNCTION_INFO_V1(pgrac_ges_resource);
 PG_FUNCTION_INFO_V1(pgrac_ges_bench);
+PG_FUNCTION_INFO_V1(pgrac_ges_lock_token);
 }
 
 #include <algorithm>
@@ -57,10 +58,16 @@ namespace {
 constexpr int kMaxHeld = 1024;
 constexpr int kEncodeMax = 256;
 
+// A lock this session holds, with what makes it valid: the node's fence
+// count and the shard's (LMS restart) fence count when it was granted. If
+// either moved since, the lock is void (docs/ges.md, "Fencing").
 struct Held {
     ResourceName resource;
     LockMode mode;
     int64 count;
+    uint32_t fences;
+    uint32_t shard_fences;
+    uint64_t token;  // fencing token of the grant
 };
 
 Held g_held[kMaxHeld];
@@ -91,11 +98,60 @@ void drop_held(Held* h) {
     g_nheld--;
 }
 
+void resource_text(const ResourceName& r, char* out, size_t cap);
+
 // Ids name this backend's slot and session (src/ges_shmem.hpp); prepare()
 // sets g_id_high when the backend takes its slot.
 uint64_t next_request_id() {
     if (++g_id_low == 0) g_id_low = 1;
     return g_id_high | g_id_low;
+}
+
+uint32_t shard_of(const ResourceName& r) {
+    pgrac::ic::IcShared* shm = pgrac::glue::shared();
+    return shm && shm->n_lms ? worker_for(r, shm->n_lms) : 0;
+}
+
+// What a grant made now is valid under: (node fences, shard fences).
+void current_fences(const ResourceName& r, uint32_t* fences, uint32_t* shard) {
+    pgrac::ic::IcShared* shm = pgrac::glue::shared();
+    pgrac::glue::GesShared* g = pgrac::glue::ges_shared();
+    (void)fence_if_lapsed(&shm->membership, monotonic_ns() / 1000000);
+    *fences = lease_fences(lease_word(&shm->membership));
+    *shard = g ? load_acquire(&g->shard_fences[shard_of(r)]) : 0;
+}
+
+// The holder's next GES call learns that locks were lost: they are dropped
+// from the session and a named error says which and why.
+void void_lost_locks() {
+    if (g_nheld == 0 || pgrac::glue::shared() == nullptr) return;
+    int lost = 0;
+    bool node_fenced = false;
+    char first[80] = "";
+    for (int i = 0; i < g_nheld;) {
+        uint32_t f, sf;
+        current_fences(g_held[i].resource, &f, &sf);
+        if (f == g_held[i].fences && sf == g_held[i].shard_fences) {
+            i++;
+            continue;
+        }
+        node_fenced = node_fenced || f != g_held[i].fences;
+        if (lost++ == 0) resource_text(g_held[i].resource, first, sizeof first);
+        drop_held(&g_held[i]);
+    }
+    if (lost == 0) return;
+    ereport(ERROR,
+            (errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+             errmsg("global lock lost: %d global lock(s) of this session, \"%s\" among them, are "
+                    "void",
+                    lost, first),
+             errdetail(node_fenced ? "Node %d was fenced: it lost its membership lease (no "
+                                     "quorum), and other nodes may hold these locks now."
+                                   : "An LMS worker of node %d restarted and lost its part of "
+                                     "these locks; other nodes may hold them now.",
+                       pgrac_node_id),
+             errhint("Take the locks again. Work done under them since then may conflict with "
+                     "another holder's: upper layers check fencing tokens.")));
 }
 
 Owner my_owner() {
@@ -297,6 +353,7 @@ bool ges_lock(const ResourceName& r, LockMode mode, int timeout_ms) {
         ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                         errmsg("timeout_ms must be -1 (wait), 0 (NOWAIT) or positive")));
     GesWaitSlot* slot = prepare();
+    void_lost_locks();
     Held* h = find_held(r);
     if (h != nullptr && h->mode == mode) {
         h->count++;
@@ -313,6 +370,8 @@ bool ges_lock(const ResourceName& r, LockMode mode, int timeout_ms) {
                                                : -1;
     uint64_t word = 0;
     bool timed_out = false;
+    uint32_t fences0, shard0;
+    current_fences(r, &fences0, &shard0);
     g_pending = Pending{true, id, r, h != nullptr, h ? h->mode : LockMode::NL};
     store_release(&slot->request_id, id);
     store_release(&slot->word, pgrac::glue::ges_slot_word(id, pgrac::glue::kGesWaiting));
@@ -343,13 +402,17 @@ bool ges_lock(const ResourceName& r, LockMode mode, int timeout_ms) {
     g_pending.active = false;
     store_release(&slot->word, uint64_t{0});
     if ((word & 0xff) == pgrac::glue::kGesGranted) {
+        const uint64_t token = load_acquire(&slot->token);
         h = find_held(r);
         if (h != nullptr) {
             h->mode = mode;
             h->count++;
+            h->token = token;
         } else {
-            g_held[g_nheld++] = Held{r, mode, 1};
+            g_held[g_nheld++] = Held{r, mode, 1, fences0, shard0, token};
         }
+        // Fenced while we waited: the grant is void like the rest.
+        void_lost_locks();
         return true;
     }
     const DenyReason why = static_cast<DenyReason>((word >> 8) & 0xff);
@@ -368,6 +431,16 @@ bool ges_lock(const ResourceName& r, LockMode mode, int timeout_ms) {
                             errhint("Locks this session already holds are kept; release them "
                                     "or retry.")));
             break;
+        case DenyReason::NoQuorum:
+            void_lost_locks();
+            ereport(ERROR,
+                    (errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+                     errmsg("global lock request for \"%s\" was refused: no_quorum", name),
+                     errdetail("Node %d is not a member of the cluster with a valid lease "
+                               "(starting, fenced, or cut off from a majority).",
+                               pgrac_node_id),
+                     errhint("See pg_cluster_membership; retry once the node is a member.")));
+            break;
         default:
             ereport(ERROR, (errcode(ERRCODE_LOCK_NOT_AVAILABLE),
                             errmsg("global lock request for \"%s\" was refused: %s", name,
@@ -377,6 +450,7 @@ bool ges_lock(const ResourceName& r, LockMode mode, int timeout_ms) {
 }
 
 bool ges_unlock(const ResourceName& r) {
+    void_lost_locks();
     Held* h = find_held(r);
     if (h == nullptr) {
         char name[80];
@@ -399,16 +473,13 @@ bool ges_unlock(const ResourceName& r) {
     return true;
 }
 
+// The members of the committed membership view (this node alone before the first).
 int64 count_live(uint16_t* live) {
     int64 n = 0;
-    live[n++] = static_cast<uint16_t>(pgrac_node_id);
     pgrac::ic::IcShared* shm = pgrac::glue::shared();
-    for (int i = 1; shm && i <= kMaxNodes; i++) {
-        if (i == pgrac_node_id) continue;
-        PeerShared* p = peer_shared(shm, static_cast<uint32_t>(i));
-        if (p && static_cast<PeerState>(load_relaxed(&p->state)) == PeerState::Up)
-            live[n++] = static_cast<uint16_t>(i);
-    }
+    const View v = shm ? committed_view(&shm->membership) : View{};
+    for (uint16_t id : mask_nodes(v.members)) live[n++] = id;
+    if (n == 0) live[n++] = static_cast<uint16_t>(pgrac_node_id);
     return n;
 }
 
@@ -487,11 +558,11 @@ Datum pgrac_ges_locks(PG_FUNCTION_ARGS) {
                 ereport(NOTICE, (errmsg("GES locks of node %u worker %u truncated", live[i], w)));
             uint32_t off = 9;
             for (uint32_t k = 0; k < rows; k++) {
-                if (off + 1 > len || off + 1 + buf[off] + 19 > len) break;
+                if (off + 1 > len || off + 1 + buf[off] + 27 > len) break;
                 const uint32_t rl = buf[off];
                 const uint8_t* p = buf + off + 1 + rl;
-                Datum v[8];
-                bool nulls[8] = {false, false, false, false, false, false, false, false};
+                Datum v[9];
+                bool nulls[9] = {false, false, false, false, false, false, false, false, false};
                 v[0] = PointerGetDatum(cstring_to_text_with_len(
                     reinterpret_cast<const char*>(buf + off + 1), static_cast<int>(rl)));
                 v[1] = Int32GetDatum(p[0] | p[1] << 8);
@@ -508,8 +579,12 @@ Datum pgrac_ges_locks(PG_FUNCTION_ARGS) {
                 nulls[5] = st != LockState::Converting;
                 v[6] = CStringGetTextDatum(lock_state_name(st));
                 v[7] = pgrac::glue::unix_us_to_timestamptz(since);
+                uint64_t token = 0;
+                for (int b = 0; b < 8; b++) token |= static_cast<uint64_t>(p[19 + b]) << (8 * b);
+                v[8] = Int64GetDatum(static_cast<int64>(token));
+                nulls[8] = token == 0;
                 tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, v, nulls);
-                off += 1 + rl + 19;
+                off += 1 + rl + 27;
             }
         }
     }
@@ -588,7 +663,30 @@ extern "C" int pgrac_ges_unlock_id(int64_t resource) {
     return ges_unlock(ResourceName::from_int(resource)) ? 1 : 0;
 }
 
+extern "C" uint64_t pgrac_ges_token_name(const char* resource) {
+    const ResourceName r = api_name(resource);
+    void_lost_locks();
+    const Held* h = find_held(r);
+    return h ? h->token : 0;
+}
+
+extern "C" uint64_t pgrac_ges_token_id(int64_t resource) {
+    void_lost_locks();
+    const Held* h = find_held(ResourceName::from_int(resource));
+    return h ? h->token : 0;
+}
+
+// The fencing token of a lock this session holds; NULL if it holds none.
+Datum pgrac_ges_lock_token(PG_FUNCTION_ARGS) {
+    const ResourceName r = text_resource(PG_GETARG_TEXT_PP(0));
+    void_lost_locks();
+    const Held* h = find_held(r);
+    if (h == nullptr) PG_RETURN_NULL();
+    PG_RETURN_INT64(static_cast<int64>(h->token));
+}
+
 extern "C" int pgrac_ges_unlock_all(void) {
+    void_lost_locks();
     const int n = g_nheld;
     if (g_used) {
         prepare();

@@ -97,8 +97,33 @@ class EngineTest : public ::testing::Test {
             }
         return true;
     }
+    // Every node a member of one committed view with all of them.
+    bool one_view() {
+        for (auto& a : nodes_) {
+            const MembershipShared& m = a->shm()->membership;
+            if (load_acquire(&m.state) != static_cast<uint32_t>(MemberState::Member)) return false;
+            if (committed_view(&m).epoch != committed_view(&nodes_[0]->shm()->membership).epoch)
+                return false;
+            if (node_count(committed_view(&m).members) != static_cast<int>(nodes_.size()))
+                return false;
+        }
+        return true;
+    }
     void bring_up() {
         ASSERT_TRUE(pump([&] { return fully_up(); })) << "peers never came up";
+        ASSERT_TRUE(pump([&] { return one_view(); })) << "no membership view formed" << [&] {
+            std::string out;
+            for (auto& a : nodes_) {
+                const MembershipShared& m = a->shm()->membership;
+                out += " node " + std::to_string(a->id()) + ": " +
+                       member_state_name(static_cast<MemberState>(m.state)) + " committed " +
+                       std::to_string(committed_view(&m).epoch) +
+                       mask_text(committed_view(&m).members) + " accepted " +
+                       std::to_string(m.accepted.epoch) + mask_text(m.accepted.members) +
+                       " lease " + std::to_string(lease_expiry_ms(m.lease_word)) + ";";
+            }
+            return out;
+        }();
     }
     // Runs an RPC from `from` to `to` and waits for the slot to complete.
     uint32_t rpc(uint16_t from, uint16_t to, const std::vector<uint8_t>& body,
@@ -443,6 +468,7 @@ TEST_F(EngineTest, PeerRestartFailsRequestsInFlightAndResetsTheSession) {
     ASSERT_TRUE(a.send(2, kStreamType, 0, stream_body(99)));
     ASSERT_TRUE(pump([&] { return load_relaxed(&a.peer(2).unacked_msgs) == 1; }));
     // B crashes and comes back with a new incarnation on the same address.
+    const uint32_t epoch_at_restart = load_relaxed(&a.shm()->epoch);
     std::string err;
     ASSERT_TRUE(b.restart(5000, &err)) << err;
     b.paused = false;
@@ -452,8 +478,10 @@ TEST_F(EngineTest, PeerRestartFailsRequestsInFlightAndResetsTheSession) {
     EXPECT_EQ(a.rpc_status(2), PGRAC_IC_PEER_RESET);
     EXPECT_FALSE(a.engine().awaiting_replies());
     EXPECT_GE(a.errors(ErrorType::PeerReset), 1u);
-    EXPECT_NE(std::find(a.host().lost.begin(), a.host().lost.end(), 2), a.host().lost.end());
     ASSERT_TRUE(pump([&] { return fully_up(); }));
+    // The restarted node rejoins in a new epoch (it voted for no earlier view).
+    ASSERT_TRUE(pump([&] { return one_view(); }));
+    EXPECT_GT(load_relaxed(&a.shm()->epoch), epoch_at_restart);
     EXPECT_EQ(a.peer(2).incarnation, 5000u);
     // The old session's unacked frame was dropped, not resent to the new incarnation.
     EXPECT_EQ(load_relaxed(&a.peer(2).unacked_msgs), 0u);
@@ -540,8 +568,13 @@ TEST_F(EngineTest, SilentPeerIsDeclaredDownAndComesBackUp) {
     EXPECT_GE(a.errors(ErrorType::PeerDown), 1u);
     // (lanes_up follows once the transport reports the closed connections)
     EXPECT_TRUE(pump([&] { return load_relaxed(&a.peer(2).lanes_up) == 0; }));
-    EXPECT_GT(load_relaxed(&a.shm()->epoch), epoch_up);
-    EXPECT_NE(std::find(a.host().lost.begin(), a.host().lost.end(), 2), a.host().lost.end());
+    // DOWN is liveness, not membership: alone, A is no majority of two, so no
+    // new view; its lease runs out instead and it fences itself.
+    EXPECT_EQ(load_relaxed(&a.shm()->epoch), epoch_up);
+    EXPECT_TRUE(pump([&] {
+        return load_acquire(&a.shm()->membership.state) ==
+               static_cast<uint32_t>(MemberState::Fenced);
+    }));
     // A new RPC to a DOWN peer fails at once.
     ASSERT_NE(a.start_rpc(2, 2, 1, pattern(8, 2)), 0u);
     ASSERT_TRUE(pump([&] { return a.rpc_done(2); }, milliseconds(2000)));
@@ -551,6 +584,8 @@ TEST_F(EngineTest, SilentPeerIsDeclaredDownAndComesBackUp) {
     b.paused = false;
     b.echo_rpcs = true;
     ASSERT_TRUE(pump([&] { return fully_up(); }));
+    // A was fenced: it is a member again only in a new epoch.
+    ASSERT_TRUE(pump([&] { return one_view(); }));
     EXPECT_GT(load_relaxed(&a.shm()->epoch), epoch_down);
     std::vector<uint8_t> reply;
     EXPECT_EQ(rpc(1, 2, pattern(64, 5), &reply, 3), PGRAC_IC_OK);
@@ -558,7 +593,7 @@ TEST_F(EngineTest, SilentPeerIsDeclaredDownAndComesBackUp) {
     EXPECT_EQ(rpc(2, 1, pattern(64, 6), &reply, 3), PGRAC_IC_OK);
 }
 
-TEST_F(EngineTest, LostPeerThatNeverReturnsIsDownAndTheEpochMoves) {
+TEST_F(EngineTest, LostPeerIsDownAndBothHalvesOfTwoFenceUntilItReturns) {
     make(2, [](EngineConfig& c) {
         c.heartbeat_interval_ms = 50;
         c.peer_timeout_ms = 600;
@@ -582,8 +617,14 @@ TEST_F(EngineTest, LostPeerThatNeverReturnsIsDownAndTheEpochMoves) {
         pump([&] { return a.state_of(2) == PeerState::Down && b.state_of(1) == PeerState::Down; }));
     ASSERT_TRUE(pump([&] { return a.rpc_done(1); }));
     EXPECT_EQ(a.rpc_status(1), PGRAC_IC_UNREACHABLE);
-    EXPECT_GT(load_relaxed(&a.shm()->epoch), epoch_a) << "the peer left the membership";
-    EXPECT_GT(load_relaxed(&b.shm()->epoch), epoch_b) << "the peer left the membership";
+    // Neither half is a majority of two: no new view, and both fence.
+    auto fenced = [](TestNode& n) {
+        return load_acquire(&n.shm()->membership.state) ==
+               static_cast<uint32_t>(MemberState::Fenced);
+    };
+    ASSERT_TRUE(pump([&] { return fenced(a) && fenced(b); }));
+    EXPECT_EQ(load_relaxed(&a.shm()->epoch), epoch_a);
+    EXPECT_EQ(load_relaxed(&b.shm()->epoch), epoch_b);
     EXPECT_GE(a.errors(ErrorType::PeerDown), 1u);
     EXPECT_GE(b.errors(ErrorType::PeerDown), 1u);
     // Reachable again: back UP, and the membership moves once more.
@@ -591,6 +632,7 @@ TEST_F(EngineTest, LostPeerThatNeverReturnsIsDownAndTheEpochMoves) {
     a.net().refuse_connects = false;
     b.echo_rpcs = true;
     ASSERT_TRUE(pump([&] { return fully_up(); }));
+    ASSERT_TRUE(pump([&] { return one_view(); }));
     EXPECT_GT(load_relaxed(&a.shm()->epoch), epoch_down);
     std::vector<uint8_t> reply;
     EXPECT_EQ(rpc(1, 2, pattern(64, 2), &reply, 2), PGRAC_IC_OK);
@@ -611,7 +653,6 @@ TEST_F(EngineTest, ReconnectWithinTheTimeoutIsNotAMembershipChange) {
     }
     EXPECT_EQ(load_relaxed(&a.shm()->epoch), epoch_a);
     EXPECT_EQ(load_relaxed(&b.shm()->epoch), epoch_b);
-    EXPECT_TRUE(a.host().lost.empty());
     std::vector<uint8_t> reply;
     EXPECT_EQ(rpc(1, 2, pattern(64, 2), &reply, 2), PGRAC_IC_OK);
 }

@@ -226,14 +226,12 @@ class FakeHost : public EngineHost {
     std::vector<uint32_t> woken_procs;
     std::map<uint32_t, uint64_t> woken_lms;
     std::vector<std::pair<Severity, std::string>> logs;
-    std::vector<uint16_t> lost;
 
     void wake_process(uint32_t procno) override { woken_procs.push_back(procno); }
     void wake_lms(uint32_t worker) override { woken_lms[worker]++; }
     void log(Severity severity, const std::string& message) override {
         logs.emplace_back(severity, message);
     }
-    void on_peer_lost(uint16_t node_id) override { lost.push_back(node_id); }
     bool logged(const std::string& part) const {
         for (const auto& l : logs)
             if (l.second.find(part) != std::string::npos) return true;

@@ -63,7 +63,8 @@ TEST(ErrorLog, Names) {
         "version_mismatch", "handshake_failed", "connect_failed",    "peer_down",
         "peer_reset",       "queue_full",       "inbox_full",        "rpc_timeout",
         "no_handler",       "handler_error",    "cq_overflow",       "qp_error",
-        "tier_fallback",    "internal"};
+        "tier_fallback",    "internal",         "stale_epoch",       "wrong_source",
+        "replay_conflict",  "fenced",           "membership_change"};
     static_assert(sizeof(want) / sizeof(want[0]) == kTypes, "one name per type");
     for (size_t i = 0; i < kTypes; i++) {
         EXPECT_STREQ(error_type_name(static_cast<ErrorType>(i)), want[i]);

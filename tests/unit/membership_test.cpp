@@ -1,0 +1,1054 @@
+// Membership (ic/membership.hpp): a deterministic discrete-event simulation of
+// N nodes, each a Membership over its own MembershipShared, wired the way the
+// engine wires them (engine_links.cpp: heartbeat pings with gossip, pongs that
+// echo the ping's send time and flag our accepted view, a tick every 100 ms and
+// after every frame, pings to all at once when the gossip changed). One clock,
+// message delays (in order per pair), partitions both ways or one way, frozen
+// nodes, restarts of the host process (shared memory kept) and of the host
+// (new shared memory). After every event the safety invariants are checked:
+//  * uniqueness: one epoch names one member set, on every node;
+//  * lease safety: when a view is committed, every node it leaves out has an
+//    expired lease; and no node holds a valid lease while a view that leaves it
+//    out is committed anywhere in a newer epoch than its own committed view;
+//  * views are first committed in epoch order, and no node's epoch goes back.
+// Then the gossip codec.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <queue>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ic/membership.hpp"
+
+using namespace pgrac::ic;
+
+namespace pgrac::ic {
+void PrintTo(const View& v, std::ostream* os) {
+    *os << "epoch " << v.epoch << " " << mask_text(v.members);
+}
+}  // namespace pgrac::ic
+
+namespace {
+
+constexpr int64_t kMs = 1000;
+constexpr int64_t kSec = 1000 * kMs;
+constexpr int64_t kStartUs = 10 * kSec;  // monotonic clocks do not start at 0
+
+int64_t g_unix_now_us = 0;
+int64_t sim_unix_clock() {
+    return g_unix_now_us;
+}
+
+NodeMask first_nodes(int n) {
+    return (NodeMask{1} << n) - 1;
+}
+
+// A heartbeat frame in flight.
+struct Frame {
+    uint16_t from = 0;
+    uint16_t to = 0;
+    uint64_t to_incarnation = 0;  // frames to an incarnation that restarted are lost
+    bool pong = false;
+    int64_t ping_sent_us = 0;  // the ping's send time; a pong echoes it
+    uint8_t gossip[kGossipSize] = {};
+};
+
+struct SimNode {
+    uint16_t id = 0;
+    std::unique_ptr<MembershipShared> shm;
+    std::unique_ptr<Membership> m;
+    uint64_t incarnation = 0;
+    bool frozen = false;  // stopped: receives (buffers), sends and ticks nothing
+    bool down = false;    // crashed: frames to it are lost
+    int64_t frozen_at_us = 0;
+    int64_t next_timer_us = 0;
+    int64_t next_heartbeat_us = 0;
+    std::vector<Frame> held;  // frames that arrived while frozen
+    uint32_t last_epoch = 0;  // committed epoch seen last (this incarnation)
+};
+
+// The safety invariants, checked after every event.
+class SafetyMonitor {
+  public:
+    void check(const std::vector<SimNode>& nodes, int64_t now_us,
+               const std::function<std::string()>& trace) {
+        const uint64_t now_ms = static_cast<uint64_t>(now_us) / 1000;
+        for (const SimNode& n : nodes) {
+            if (n.down) continue;
+            const View c = committed_view(n.shm.get());
+            if (c.epoch < n.last_epoch)
+                fail(trace, "node " + std::to_string(n.id) + " went back from epoch " +
+                                std::to_string(n.last_epoch) + " to " + std::to_string(c.epoch));
+            if (c.epoch == 0) continue;
+            auto [it, first] = committed_.emplace(c.epoch, c.members);
+            if (!first && it->second != c.members)
+                fail(trace, "epoch " + std::to_string(c.epoch) + " committed as " +
+                                mask_text(it->second) + " and as " + mask_text(c.members) +
+                                " (node " + std::to_string(n.id) + ")");
+            if (!first) continue;
+            if (committed_.rbegin()->first != c.epoch)
+                fail(trace, "node " + std::to_string(n.id) + " committed epoch " +
+                                std::to_string(c.epoch) + " after epoch " +
+                                std::to_string(committed_.rbegin()->first) + " was committed");
+            // A new view: every node it leaves out has lost its lease by now.
+            for (const SimNode& k : nodes) {
+                if (k.down || has_node(c.members, k.id)) continue;
+                const uint64_t w = lease_word(k.shm.get());
+                if (lease_valid(w, now_ms))
+                    fail(trace, "node " + std::to_string(n.id) + " committed epoch " +
+                                    std::to_string(c.epoch) + " " + mask_text(c.members) +
+                                    " while node " + std::to_string(k.id) +
+                                    " holds a lease until " + std::to_string(lease_expiry_ms(w)) +
+                                    " ms (now " + std::to_string(now_ms) + ")");
+            }
+        }
+        for (const SimNode& k : nodes) {
+            if (k.down || !lease_valid(lease_word(k.shm.get()), now_ms)) continue;
+            const View c = committed_view(k.shm.get());
+            const std::string who = "node " + std::to_string(k.id);
+            if (k.m->state() != MemberState::Member)
+                fail(trace, who + " holds a lease in state " + member_state_name(k.m->state()));
+            if (!has_node(c.members, k.id))
+                fail(trace, who + " holds a lease outside its view " + mask_text(c.members));
+            for (auto it = committed_.upper_bound(c.epoch); it != committed_.end(); ++it)
+                if (!has_node(it->second, k.id))
+                    fail(trace, who + " holds a lease in epoch " + std::to_string(c.epoch) +
+                                    " while epoch " + std::to_string(it->first) + " " +
+                                    mask_text(it->second) + " is committed without it");
+        }
+    }
+
+    const std::map<uint32_t, NodeMask>& committed() const { return committed_; }
+    int violations() const { return violations_; }
+
+  private:
+    void fail(const std::function<std::string()>& trace, const std::string& what) {
+        if (violations_++ == 0) ADD_FAILURE() << what << "\nrecent events:\n" << trace();
+    }
+
+    std::map<uint32_t, NodeMask> committed_;  // every view committed anywhere
+    int violations_ = 0;
+};
+
+struct SimOptions {
+    int nodes = 3;
+    uint64_t seed = 1;
+    int64_t min_delay_us = 100;
+    int64_t max_delay_us = 500;
+    int heartbeat_ms = 100;
+    int peer_timeout_ms = 1000;  // lease: 750 ms
+};
+
+// N nodes, one clock, a queue of events (frames, timers, scripted actions).
+class Cluster {
+  public:
+    explicit Cluster(SimOptions opt) : opt_(opt), rng_(opt.seed), now_(kStartUs) {
+        configured_ = first_nodes(opt.nodes);
+        nodes_.resize(opt.nodes);
+        cut_.assign(opt.nodes + 1, std::vector<bool>(opt.nodes + 1, false));
+        last_arrival_.assign(opt.nodes + 1, std::vector<int64_t>(opt.nodes + 1, 0));
+        for (int i = 0; i < opt.nodes; i++) {
+            nodes_[i].id = static_cast<uint16_t>(i + 1);
+            start(nodes_[i]);
+        }
+        check();
+    }
+
+    int size() const { return static_cast<int>(nodes_.size()); }
+    int64_t now_us() const { return now_; }
+    NodeMask configured() const { return configured_; }
+    SimNode& node(uint16_t id) { return nodes_.at(id - 1); }
+    Membership& m(uint16_t id) { return *node(id).m; }
+    MembershipShared* shm(uint16_t id) { return node(id).shm.get(); }
+    View view(uint16_t id) { return committed_view(shm(id)); }
+    MemberState state(uint16_t id) { return m(id).state(); }
+    bool lease_ok(uint16_t id) { return lease_valid(lease_word(shm(id)), now_ / 1000); }
+    const SafetyMonitor& monitor() const { return monitor_; }
+    uint32_t max_epoch() const {
+        return monitor_.committed().empty() ? 0 : monitor_.committed().rbegin()->first;
+    }
+    // Every view committed anywhere since epoch `after`.
+    std::vector<View> views_after(uint32_t after) const {
+        std::vector<View> out;
+        for (auto it = monitor_.committed().upper_bound(after); it != monitor_.committed().end();
+             ++it)
+            out.push_back(View{it->first, 0, it->second});
+        return out;
+    }
+
+    // ---- faults
+    void cut(uint16_t from, uint16_t to) { set_cut(from, to, true); }
+    void cut_both(uint16_t a, uint16_t b) {
+        set_cut(a, b, true);
+        set_cut(b, a, true);
+    }
+    void isolate(uint16_t id) {
+        for (int other = 1; other <= size(); other++)
+            if (other != id) cut_both(id, static_cast<uint16_t>(other));
+    }
+    void heal_all() {
+        for (auto& row : cut_) std::fill(row.begin(), row.end(), false);
+        note("heal all links");
+    }
+    void heal_both(uint16_t a, uint16_t b) {
+        set_cut(a, b, false);
+        set_cut(b, a, false);
+    }
+    void freeze(uint16_t id) {
+        SimNode& n = node(id);
+        if (n.frozen || n.down) return;
+        n.frozen = true;
+        n.frozen_at_us = now_;
+        note("node " + std::to_string(id) + " frozen");
+    }
+    void thaw(uint16_t id) {
+        SimNode& n = node(id);
+        if (!n.frozen) return;
+        n.frozen = false;
+        n.next_timer_us = now_;
+        std::vector<Frame> held;
+        held.swap(n.held);
+        // After a long stop the peers' engines have closed the connections: the
+        // buffered frames are gone. Otherwise they arrive now, in order.
+        if (now_ - n.frozen_at_us < opt_.peer_timeout_ms * kMs)
+            for (const Frame& f : held) push(now_, Event{Event::Kind::Frame, f, nullptr});
+        note("node " + std::to_string(id) + " thawed after " +
+             std::to_string((now_ - n.frozen_at_us) / kMs) + " ms");
+    }
+    // Crashed: no frames in or out until restart().
+    void crash(uint16_t id) {
+        SimNode& n = node(id);
+        n.down = true;
+        n.frozen = false;
+        n.held.clear();
+        note("node " + std::to_string(id) + " down");
+    }
+    // A new host with zeroed shared memory (after crash(), or at once).
+    void restart(uint16_t id) {
+        SimNode& n = node(id);
+        n.down = false;
+        n.frozen = false;
+        n.held.clear();
+        n.shm = std::make_unique<MembershipShared>();
+        Membership::init_shared(n.shm.get());
+        n.last_epoch = 0;
+        start(n);
+        note("node " + std::to_string(id) + " restarted with new shared memory (incarnation " +
+             std::to_string(n.incarnation) + ")");
+        check();
+    }
+    // The host process restarts; shared memory (votes, views, lease) survives.
+    void restart_process(uint16_t id) {
+        SimNode& n = node(id);
+        n.frozen = false;
+        n.held.clear();
+        start(n);
+        note("node " + std::to_string(id) + " host process restarted (incarnation " +
+             std::to_string(n.incarnation) + ")");
+        check();
+    }
+    // Runs `action` at time `at_us` (a scripted fault or heal).
+    void at(int64_t at_us, std::function<void()> action) {
+        push(at_us, Event{Event::Kind::Action, Frame{}, std::move(action)});
+    }
+
+    // ---- running
+    // Runs until `done` holds (checked after every event) or `for_us` passed.
+    bool run_until(const std::function<bool()>& done, int64_t for_us) {
+        const int64_t end = now_ + for_us;
+        if (done()) return true;
+        while (step(end))
+            if (done()) return true;
+        now_ = end;
+        return false;
+    }
+    void run_for(int64_t for_us) {
+        run_until([] { return false; }, for_us);
+    }
+
+    // Every node of `members` a member of the view of exactly `members`, with a
+    // valid lease.
+    bool converged(NodeMask members) {
+        View first{};
+        for (uint16_t id : mask_nodes(members)) {
+            SimNode& n = node(id);
+            const View v = committed_view(n.shm.get());
+            if (first.epoch == 0) first = v;
+            if (n.down || v != first || v.members != members ||
+                n.m->state() != MemberState::Member || !lease_ok(n.id))
+                return false;
+        }
+        return first.epoch != 0;
+    }
+    bool converged() { return converged(configured_); }
+
+    // History events of a node, oldest first ("committed", "fenced", ...).
+    std::vector<std::string> history(uint16_t id) {
+        MembershipRecord recs[kHistoryLen];
+        const size_t n = membership_history(shm(id), recs, kHistoryLen);
+        std::vector<std::string> out;
+        for (size_t i = n; i > 0; i--)
+            out.push_back(membership_event_name(static_cast<MembershipEvent>(recs[i - 1].event)));
+        return out;
+    }
+    bool has_history(uint16_t id, const std::string& event) {
+        const std::vector<std::string> h = history(id);
+        return std::find(h.begin(), h.end(), event) != h.end();
+    }
+
+    std::string trace() const {
+        std::string s;
+        for (const std::string& line : trace_) s += "  " + line + "\n";
+        return s;
+    }
+
+  private:
+    struct Event {
+        enum class Kind { Frame, Action } kind;
+        Frame frame;
+        std::function<void()> action;
+    };
+    struct Queued {
+        int64_t at;
+        uint64_t seq;
+        size_t slot;
+        bool operator>(const Queued& o) const { return at != o.at ? at > o.at : seq > o.seq; }
+    };
+
+    void start(SimNode& n) {
+        if (!n.shm) {
+            n.shm = std::make_unique<MembershipShared>();
+            Membership::init_shared(n.shm.get());
+        }
+        MembershipConfig cfg;
+        cfg.self = n.id;
+        cfg.configured = configured_;
+        cfg.heartbeat_interval_ms = opt_.heartbeat_ms;
+        cfg.peer_timeout_ms = opt_.peer_timeout_ms;
+        n.m = std::make_unique<Membership>(cfg, n.shm.get());
+        n.m->set_unix_clock(sim_unix_clock);
+        n.incarnation++;
+        n.next_timer_us =
+            now_ + std::uniform_int_distribution<int64_t>(0, opt_.heartbeat_ms * kMs)(rng_);
+        n.next_heartbeat_us = n.next_timer_us;
+        collect_logs(n);
+    }
+
+    void set_cut(uint16_t from, uint16_t to, bool cut) {
+        cut_[from][to] = cut;
+        note(std::string(cut ? "cut " : "heal ") + std::to_string(from) + "->" +
+             std::to_string(to));
+    }
+
+    void push(int64_t at, Event e) {
+        size_t slot;
+        if (!free_.empty()) {
+            slot = free_.back();
+            free_.pop_back();
+            slots_[slot] = std::move(e);
+        } else {
+            slot = slots_.size();
+            slots_.push_back(std::move(e));
+        }
+        queue_.push(Queued{at, seq_++, slot});
+    }
+
+    // One event at or before `end`; false if there is none.
+    bool step(int64_t end) {
+        SimNode* timer = nullptr;
+        for (SimNode& n : nodes_)
+            if (!n.down && !n.frozen &&
+                (timer == nullptr || n.next_timer_us < timer->next_timer_us))
+                timer = &n;
+        const int64_t frame_at = queue_.empty() ? INT64_MAX : queue_.top().at;
+        const int64_t timer_at = timer == nullptr ? INT64_MAX : timer->next_timer_us;
+        const int64_t at = std::min(frame_at, timer_at);
+        if (at > end) return false;
+        now_ = std::max(now_, at);
+        g_unix_now_us = 1'700'000'000 * kSec + now_;
+        if (frame_at <= timer_at) {
+            const Queued q = queue_.top();
+            queue_.pop();
+            Event e = std::move(slots_[q.slot]);
+            free_.push_back(q.slot);
+            if (e.kind == Event::Kind::Action)
+                e.action();
+            else
+                deliver(e.frame);
+        } else {
+            // Engine::run_timers: a tick every min(heartbeat, 100 ms), then
+            // the heartbeats that are due.
+            timer->next_timer_us = now_ + std::min(opt_.heartbeat_ms, 100) * kMs;
+            membership_tick(*timer);
+            if (now_ >= timer->next_heartbeat_us) {
+                timer->next_heartbeat_us = now_ + opt_.heartbeat_ms * kMs;
+                for (SimNode& peer : nodes_)
+                    if (peer.id != timer->id) send_ping(*timer, peer.id);
+            }
+        }
+        check();
+        return true;
+    }
+
+    void check() {
+        monitor_.check(nodes_, now_, [this] { return trace(); });
+        for (SimNode& n : nodes_)
+            if (!n.down) n.last_epoch = committed_view(n.shm.get()).epoch;
+    }
+
+    void send(Frame f) {
+        SimNode& to = node(f.to);
+        if (cut_[f.from][f.to] || to.down) return;
+        f.to_incarnation = to.incarnation;
+        const int64_t delay =
+            std::uniform_int_distribution<int64_t>(opt_.min_delay_us, opt_.max_delay_us)(rng_);
+        // One TCP connection per pair: frames arrive in order.
+        int64_t& last = last_arrival_[f.from][f.to];
+        last = std::max(now_ + delay, last);
+        push(last, Event{Event::Kind::Frame, f, nullptr});
+    }
+
+    void send_ping(SimNode& n, uint16_t to) {
+        Frame f;
+        f.from = n.id;
+        f.to = to;
+        f.ping_sent_us = now_;
+        encode_gossip(n.m->gossip(), f.gossip);
+        send(f);
+    }
+
+    void deliver(const Frame& f) {
+        SimNode& n = node(f.to);
+        if (n.down || f.to_incarnation != n.incarnation) return;
+        if (n.frozen) {
+            n.held.push_back(f);
+            return;
+        }
+        Gossip g;
+        if (!decode_gossip(f.gossip, kGossipSize, configured_, &g)) {
+            ADD_FAILURE() << "node " << f.to << " cannot decode gossip from node " << f.from;
+            return;
+        }
+        n.m->on_heard(f.from, now_);
+        if (!f.pong) {
+            n.m->on_gossip(f.from, g, now_);
+            Frame r;
+            r.from = n.id;
+            r.to = f.from;
+            r.pong = true;
+            r.ping_sent_us = f.ping_sent_us;
+            Gossip mine = n.m->gossip();
+            if (n.m->in_accepted_view(f.from)) mine.flags |= kGossipInView;
+            encode_gossip(mine, r.gossip);
+            send(r);
+        } else {
+            n.m->on_echo(f.from, f.ping_sent_us, (g.flags & kGossipInView) != 0, now_);
+            n.m->on_gossip(f.from, g, now_);
+        }
+        membership_tick(n);
+    }
+
+    // Engine::membership_tick: a changed gossip goes to every peer at once.
+    void membership_tick(SimNode& n) {
+        const bool changed = n.m->tick(now_);
+        collect_logs(n);
+        if (!changed) return;
+        for (SimNode& peer : nodes_)
+            if (peer.id != n.id) send_ping(n, peer.id);
+    }
+
+    void collect_logs(SimNode& n) {
+        for (const std::string& line : n.m->take_logs())
+            note("node " + std::to_string(n.id) + " " + line + " [" +
+                 member_state_name(n.m->state()) + "]");
+    }
+
+    void note(const std::string& what) {
+        char t[32];
+        snprintf(t, sizeof t, "%9.3f s ", static_cast<double>(now_ - kStartUs) / kSec);
+        trace_.push_back(t + what);
+        if (trace_.size() > 80) trace_.pop_front();
+    }
+
+    SimOptions opt_;
+    std::mt19937_64 rng_;
+    int64_t now_;
+    NodeMask configured_ = 0;
+    std::vector<SimNode> nodes_;
+    std::vector<std::vector<bool>> cut_;              // cut_[from][to]
+    std::vector<std::vector<int64_t>> last_arrival_;  // per link, for FIFO
+    std::vector<Event> slots_;
+    std::vector<size_t> free_;
+    std::priority_queue<Queued, std::vector<Queued>, std::greater<Queued>> queue_;
+    uint64_t seq_ = 0;
+    SafetyMonitor monitor_;
+    std::deque<std::string> trace_;
+};
+
+// A cluster that formed its first full view.
+std::unique_ptr<Cluster> formed(SimOptions opt) {
+    auto c = std::make_unique<Cluster>(opt);
+    EXPECT_TRUE(c->run_until([&] { return c->converged(); }, 3 * kSec)) << c->trace();
+    return c;
+}
+std::unique_ptr<Cluster> formed(int n, uint64_t seed = 1) {
+    return formed(SimOptions{n, seed});
+}
+
+// ---- forming
+
+void expect_forms_within_2s(int n) {
+    Cluster c(SimOptions{n, 7});
+    ASSERT_TRUE(c.run_until([&] { return c.converged(); }, 2 * kSec)) << c.trace();
+    const View v = c.view(1);
+    EXPECT_EQ(v.members, first_nodes(n));
+    for (uint16_t id = 1; id <= n; id++) {
+        EXPECT_EQ(c.view(id), v);
+        EXPECT_EQ(c.state(id), MemberState::Member);
+        EXPECT_TRUE(c.lease_ok(id));
+        EXPECT_TRUE(c.has_history(id, "rejoined")) << "node " << id;
+    }
+    // And it stays so: no epoch churns in a steady cluster.
+    c.run_for(5 * kSec);
+    EXPECT_TRUE(c.converged());
+    EXPECT_EQ(c.view(1), v);
+    EXPECT_EQ(c.monitor().violations(), 0);
+}
+
+TEST(MembershipSim, ThreeNodesFormOneViewWithinTwoSeconds) {
+    expect_forms_within_2s(3);
+}
+
+TEST(MembershipSim, FiveNodesFormOneViewWithinTwoSeconds) {
+    expect_forms_within_2s(5);
+}
+
+TEST(MembershipSim, OneNodeIsAMemberAtOnceWithALeaseForever) {
+    Cluster c(SimOptions{1, 1});
+    EXPECT_EQ(c.state(1), MemberState::Member);
+    EXPECT_EQ(c.view(1), (View{1, 0, node_bit(1)}));
+    EXPECT_EQ(lease_expiry_ms(lease_word(c.shm(1))), kLeaseForever);
+    c.run_for(10 * kSec);
+    EXPECT_EQ(c.state(1), MemberState::Member);
+    EXPECT_EQ(c.view(1).epoch, 1u);
+    EXPECT_TRUE(c.lease_ok(1));
+}
+
+// ---- partitions
+
+TEST(MembershipSim, MinorityPartitionFencesAndRejoins) {
+    auto c = formed(3);
+    const uint32_t e0 = c->view(1).epoch;
+    c->isolate(3);
+    ASSERT_TRUE(c->run_until(
+        [&] {
+            return c->converged(nodes_mask({1, 2})) && c->state(3) == MemberState::Fenced;
+        },
+        3 * kSec))
+        << c->trace();
+    const View split = c->view(1);
+    EXPECT_GT(split.epoch, e0);
+    EXPECT_EQ(c->view(2), split);
+    EXPECT_TRUE(c->has_history(3, "fenced"));
+    EXPECT_FALSE(c->lease_ok(3));
+    // The minority commits nothing on its own.
+    for (const View& v : c->views_after(e0)) EXPECT_EQ(v.members, nodes_mask({1, 2}));
+
+    c->heal_all();
+    ASSERT_TRUE(c->run_until([&] { return c->converged(); }, 3 * kSec)) << c->trace();
+    EXPECT_GT(c->view(3).epoch, split.epoch);
+    const std::vector<std::string> h = c->history(3);
+    EXPECT_EQ(h.back(), "rejoined");
+    EXPECT_EQ(c->monitor().violations(), 0);
+}
+
+TEST(MembershipSim, IsolatedCoordinatorFencesAndTheOthersGoOn) {
+    auto c = formed(3);
+    const uint32_t e0 = c->view(1).epoch;
+    c->isolate(1);
+    ASSERT_TRUE(c->run_until(
+        [&] {
+            return c->converged(nodes_mask({2, 3})) && c->state(1) == MemberState::Fenced;
+        },
+        3 * kSec))
+        << c->trace();
+    EXPECT_GT(c->view(2).epoch, e0);
+    EXPECT_TRUE(c->has_history(1, "fenced"));
+    for (const View& v : c->views_after(e0)) EXPECT_EQ(v.members, nodes_mask({2, 3}));
+
+    c->heal_all();
+    ASSERT_TRUE(c->run_until([&] { return c->converged(); }, 3 * kSec)) << c->trace();
+    EXPECT_EQ(c->history(1).back(), "rejoined");
+    EXPECT_EQ(c->monitor().violations(), 0);
+}
+
+// 3's frames to 1 are lost; everything else flows. 2 still hears 3, so no view
+// may leave 3 out, and (2 echoing everyone) every node keeps its lease.
+TEST(MembershipSim, OneWayLossExcludesNobody) {
+    auto c = formed(3);
+    const View v0 = c->view(1);
+    c->cut(3, 1);
+    bool all_leases = true;
+    c->run_until(
+        [&] {
+            for (uint16_t id = 1; id <= 3; id++)
+                all_leases = all_leases && c->lease_ok(id) && c->state(id) == MemberState::Member;
+            return false;
+        },
+        10 * kSec);
+    EXPECT_TRUE(c->views_after(v0.epoch).empty());
+    EXPECT_TRUE(all_leases) << c->trace();
+    for (uint16_t id = 1; id <= 3; id++) {
+        EXPECT_EQ(c->view(id), v0);
+        EXPECT_FALSE(c->has_history(id, "fenced")) << "node " << id;
+    }
+    // 1 (not hearing 3) keeps proposing {1,2}, which 2 refuses while it hears
+    // 3: 1's accepted epoch climbs, but nothing is committed.
+    EXPECT_EQ(c->shm(2)->accepted, v0);
+    EXPECT_GT(c->shm(1)->accepted.epoch, v0.epoch);
+    EXPECT_EQ(c->shm(1)->accepted.members, nodes_mask({1, 2}));
+
+    // After the heal 1's vote for {1,2} would keep its echoes from counting
+    // (they count from a committed view only): a new epoch of the same members
+    // is committed, and when 3 then stops, 1's echoes keep 2's lease.
+    c->heal_all();
+    ASSERT_TRUE(c->run_until(
+        [&] {
+            return c->converged() && c->shm(1)->accepted == c->view(1) &&
+                   c->view(1).epoch > v0.epoch;
+        },
+        2 * kSec))
+        << c->trace();
+    EXPECT_EQ(c->view(1).members, v0.members);
+    c->freeze(3);
+    ASSERT_TRUE(c->run_until(
+        [&] {
+            return c->converged(nodes_mask({1, 2}));
+        },
+        3 * kSec))
+        << c->trace();
+    EXPECT_FALSE(c->has_history(1, "fenced"));
+    EXPECT_FALSE(c->has_history(2, "fenced"));
+    EXPECT_EQ(c->monitor().violations(), 0);
+}
+
+// ---- stopped and restarted nodes
+
+TEST(MembershipSim, NodeFrozenLongerThanTheTimeoutFencesAndRejoins) {
+    auto c = formed(3);
+    const uint32_t e0 = c->view(1).epoch;
+    c->freeze(3);
+    c->run_for(2 * kSec);
+    EXPECT_TRUE(c->converged(nodes_mask({1, 2})));
+    const View split = c->view(1);
+    EXPECT_GT(split.epoch, e0);
+    // Before 3 runs a single instruction its lease has run out: it must not act.
+    EXPECT_FALSE(c->lease_ok(3));
+    EXPECT_EQ(c->state(3), MemberState::Member);  // it has not noticed yet
+    c->thaw(3);
+    ASSERT_TRUE(c->run_until([&] { return c->converged(); }, 3 * kSec)) << c->trace();
+    EXPECT_TRUE(c->has_history(3, "fenced"));
+    EXPECT_EQ(c->history(3).back(), "rejoined");
+    EXPECT_GT(c->view(3).epoch, split.epoch);
+    EXPECT_EQ(c->monitor().violations(), 0);
+}
+
+TEST(MembershipSim, NodeFrozenShorterThanTheLeaseChangesNothing) {
+    auto c = formed(3);
+    const View v0 = c->view(1);
+    c->freeze(3);
+    c->run_for(500 * kMs);
+    EXPECT_TRUE(c->lease_ok(3));
+    c->thaw(3);
+    c->run_for(3 * kSec);
+    EXPECT_TRUE(c->converged());
+    EXPECT_TRUE(c->views_after(v0.epoch).empty());
+    for (uint16_t id = 1; id <= 3; id++) EXPECT_FALSE(c->has_history(id, "fenced"));
+    EXPECT_EQ(c->monitor().violations(), 0);
+}
+
+// Between the lease (750 ms) and the peer timeout (1 s): the others keep the
+// view, the node fences on waking and needs a new epoch although it voted for
+// the committed one.
+TEST(MembershipSim, NodeFrozenBetweenLeaseAndTimeoutRejoinsInANewEpoch) {
+    auto c = formed(3);
+    const View v0 = c->view(1);
+    c->freeze(3);
+    c->run_for(900 * kMs);
+    EXPECT_FALSE(c->lease_ok(3));
+    c->thaw(3);
+    ASSERT_TRUE(
+        c->run_until([&] { return c->converged() && c->view(3).epoch > v0.epoch; }, 2 * kSec))
+        << c->trace();
+    EXPECT_TRUE(c->has_history(3, "fenced"));
+    EXPECT_EQ(c->history(3).back(), "rejoined");
+    for (const View& v : c->views_after(v0.epoch)) EXPECT_EQ(v.members, v0.members);
+    EXPECT_EQ(c->monitor().violations(), 0);
+}
+
+// A restarted host process has lost when it last heard each peer. 1 no longer
+// hears 3 (one way) and proposes {1,2}; 2 heard 3 a moment before its restart,
+// so 3's lease may rest on 2's echoes: 2 must not vote 3 out at once.
+TEST(MembershipSim, HostProcessRestartVotesOutNobodyItMayHaveJustHeard) {
+    for (uint64_t seed = 1; seed <= 5; seed++) {
+        auto c = formed(3, seed);
+        const View v0 = c->view(1);
+        c->cut(3, 1);
+        c->run_for(1500 * kMs);  // 1 proposes {1,2} again and again; 2 refuses
+        c->restart_process(2);
+        c->run_for(3 * kSec);
+        EXPECT_TRUE(c->views_after(v0.epoch).empty()) << "seed " << seed;
+        EXPECT_TRUE(c->converged()) << "seed " << seed;
+        EXPECT_EQ(c->monitor().violations(), 0) << "seed " << seed;
+    }
+}
+
+// A restarted node has lost its vote and its view: it must not act in an old
+// view that lists it, only in one it voted for after the restart.
+void expect_restart_rejoins(int64_t down_us) {
+    auto c = formed(3);
+    c->crash(3);
+    c->run_for(down_us);
+    const uint32_t before = c->max_epoch();
+    c->restart(3);
+    bool adopted_old = false;
+    ASSERT_TRUE(c->run_until(
+        [&] {
+            const View v = c->view(3);
+            if (v.epoch != 0 && v.epoch <= before && has_node(v.members, 3)) adopted_old = true;
+            return c->converged();
+        },
+        3 * kSec))
+        << c->trace();
+    EXPECT_FALSE(adopted_old);
+    EXPECT_GT(c->view(3).epoch, before);
+    const std::vector<std::string> h = c->history(3);
+    EXPECT_EQ(h.back(), "rejoined");
+    EXPECT_EQ(c->monitor().violations(), 0);
+}
+
+TEST(MembershipSim, NodeRestartedAtOnceRejoinsInANewEpoch) {
+    expect_restart_rejoins(0);
+}
+
+TEST(MembershipSim, NodeRestartedAfterAnOutageRejoinsInANewEpoch) {
+    expect_restart_rejoins(3 * kSec);
+}
+
+// An LMS restart asks for a new epoch (bump_requests); the members stay.
+TEST(MembershipSim, BumpRequestCommitsANewEpochWithTheSameMembers) {
+    auto c = formed(3);
+    const View v0 = c->view(1);
+    c->shm(2)->bump_requests++;
+    ASSERT_TRUE(c->run_until(
+        [&] {
+            return c->view(1).epoch > v0.epoch && c->converged() &&
+                   c->shm(2)->bump_handled == c->shm(2)->bump_requests;
+        },
+        2 * kSec))
+        << c->trace();
+    EXPECT_EQ(c->view(2).members, v0.members);
+    c->run_for(2 * kSec);
+    EXPECT_EQ(c->view(1).epoch, v0.epoch + 1) << "one bump, one epoch";
+    for (uint16_t id = 1; id <= 3; id++) EXPECT_FALSE(c->has_history(id, "fenced"));
+    EXPECT_EQ(c->monitor().violations(), 0);
+}
+
+// The majority of two is two: the survivor commits nothing and fences.
+TEST(MembershipSim, TwoNodesTheSurvivorOfASilentPeerFences) {
+    auto c = formed(2);
+    const uint32_t e0 = c->view(1).epoch;
+    c->crash(2);
+    ASSERT_TRUE(c->run_until([&] { return c->state(1) == MemberState::Fenced; }, 2 * kSec))
+        << c->trace();
+    c->run_for(5 * kSec);
+    EXPECT_TRUE(c->views_after(e0).empty());
+    EXPECT_EQ(c->state(1), MemberState::Fenced);
+    EXPECT_FALSE(c->lease_ok(1));
+    c->restart(2);
+    ASSERT_TRUE(c->run_until([&] { return c->converged(); }, 3 * kSec)) << c->trace();
+    EXPECT_EQ(c->history(1).back(), "rejoined");
+    EXPECT_EQ(c->monitor().violations(), 0);
+}
+
+// ---- schedules that once broke safety (five nodes, one-way partitions)
+
+// 2 proposes X = {2,4,5} without 3; 4 votes for it, then for Y = {1,2,3,4}
+// from 1 (which hears 3, and which 2 does not hear), and echoes 3's pings from
+// Y. 5 votes for X late, 2 commits X on 4's older vote, and 3 kept a lease on
+// 1's and 4's echoes: X committed while 3 held a lease. Echoes count only from
+// a committed view, so 4 gives none while it only voted for Y.
+TEST(MembershipSim, AVoteForANewerViewRenewsNoLease) {
+    const NodeMask x = nodes_mask({2, 4, 5});
+    for (uint64_t seed = 1; seed <= 10; seed++) {
+        auto c = formed(5, seed);
+        c->run_for(1 * kSec);
+        c->cut(1, 2);  // 2 hears 4 and 5 only: it will propose X
+        c->cut(3, 2);
+        c->cut(1, 4);  // 4 hears 2 only: it will vote for X
+        c->cut(3, 4);
+        c->cut(5, 4);
+        c->cut(1, 5);  // 5 hears 2, 3 and 4: it refuses X while it hears 3
+        c->cut(5, 1);  // 1 hears 2 and 3, later 4: it will propose {1,2,3,4}
+        c->cut(4, 1);
+        c->cut(2, 5);  // 5 learns of X only later
+        c->run_for(400 * kMs);
+        c->cut(3, 5);  // 5 stops hearing 3 (its echoes keep 3's lease ~750 ms)
+        ASSERT_TRUE(c->run_until([&] { return c->shm(4)->accepted.members == x; }, 2 * kSec))
+            << c->trace();
+        c->run_for(2 * kMs);  // 2 learns of 4's vote, and hears 4 no more
+        c->cut(4, 2);
+        c->heal_both(1, 4);  // 1 proposes {1,2,3,4}; 4 votes for it and hears 3
+        c->heal_both(3, 4);
+        c->heal_both(2, 5);  // 5 votes for X once 3 is silent for 1 s; 2 commits X
+        c->run_for(2 * kSec);
+        EXPECT_EQ(c->monitor().violations(), 0) << "seed " << seed;
+    }
+}
+
+// With a heartbeat of half the peer timeout (allowed), a proposal kept for 4
+// heartbeats outlived a peer timeout: 4 voted for X = {2,4,5}, stopped hearing
+// 2, voted for Y = {1,3,4}, Y was committed, and 2 then committed X on 4's
+// older vote once 5 voted late. A proposal now lives under half the timeout.
+TEST(MembershipSim, ViewsAreCommittedInEpochOrderWithASlowHeartbeat) {
+    const NodeMask x = nodes_mask({2, 4, 5});
+    for (uint64_t seed = 1; seed <= 10; seed++) {
+        auto c = formed(SimOptions{5, seed, 100, 500, 500, 1000});
+        c->run_for(1 * kSec);
+        c->cut(1, 2);  // 2 hears 4 and 5: it proposes X
+        c->cut(3, 2);
+        c->cut(2, 1);
+        c->cut(1, 4);  // 4 hears 2 only: it votes for X
+        c->cut(3, 4);
+        c->cut(5, 4);
+        c->cut(4, 1);  // 1 hears 3 only, later 4: then it proposes Y
+        c->cut(5, 1);
+        c->cut(2, 3);  // 3 hears 1 and 4: it votes for Y
+        c->cut(5, 3);
+        c->cut(1, 5);  // 5 hears 2, 3 and 4: it refuses X while it hears 3
+        ASSERT_TRUE(c->run_until([&] { return c->shm(4)->accepted.members == x; }, 3 * kSec))
+            << c->trace();
+        c->heal_both(1, 4);
+        c->cut(2, 4);  // 4 votes for Y once 2 is silent for 1 s
+        c->heal_both(3, 4);
+        c->run_for(600 * kMs);
+        c->cut(3, 5);  // 5 votes for X 1 s later
+        c->run_for(350 * kMs);
+        c->cut(4, 2);  // 2 still counts 4 as heard for 1 s
+        c->run_for(2 * kSec);
+        EXPECT_EQ(c->monitor().violations(), 0) << "seed " << seed;
+    }
+}
+
+// ---- randomized soak
+
+// Random faults for `duration_us`, then everything healed: the invariants hold
+// throughout, and all nodes are members of one view within 5 s of the heal.
+//
+// A restart with new shared memory forgets the node's votes. The protocol has
+// no durable state beyond shared memory, so that is safe only while the
+// others remember what it forgot: the soak restarts a node that way only when
+// no node is down and every other node committed the newest epoch.
+uint32_t soak(SimOptions opt, int64_t duration_us) {
+    const int n = opt.nodes;
+    const uint64_t seed = opt.seed;
+    Cluster c(opt);
+    std::mt19937_64 rng(seed * 7919 + 17);
+    auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+    auto any_node = [&] { return static_cast<uint16_t>(pick(1, n)); };
+    auto other_node = [&](uint16_t a) {
+        uint16_t b;
+        do b = any_node();
+        while (b == a);
+        return b;
+    };
+    auto may_forget = [&](uint16_t a) {
+        for (uint16_t id = 1; id <= n; id++)
+            if (c.node(id).down || (id != a && c.view(id).epoch != c.max_epoch())) return false;
+        return true;
+    };
+    bool faults_on = true;  // scheduled thaws and restarts stop at the final heal
+    const int64_t end = c.now_us() + duration_us;
+    while (c.now_us() < end && c.monitor().violations() == 0) {
+        c.run_for(pick(50, 1500) * kMs);
+        const uint16_t a = any_node();
+        const uint16_t b = other_node(a);
+        switch (pick(0, 10)) {
+            case 0:
+            case 1:
+                c.cut_both(a, b);
+                break;
+            case 2:
+            case 3:
+                c.cut(a, b);
+                break;
+            case 4:
+                c.heal_both(a, b);
+                break;
+            case 5:
+                c.heal_all();
+                break;
+            case 6: {
+                c.freeze(a);
+                c.at(c.now_us() + pick(50, 2500) * kMs, [&c, &faults_on, a] {
+                    if (faults_on) c.thaw(a);
+                });
+                break;
+            }
+            case 7:
+                if (!may_forget(a)) break;
+                c.crash(a);
+                c.at(c.now_us() + pick(0, 3000) * kMs, [&c, &faults_on, a] {
+                    if (faults_on && c.node(a).down) c.restart(a);
+                });
+                break;
+            case 8:
+                if (!c.node(a).down) c.restart_process(a);
+                break;
+            case 9:
+                c.isolate(a);
+                break;
+            case 10:
+                break;  // quiet for a while
+        }
+    }
+    faults_on = false;
+    c.heal_all();
+    for (uint16_t id = 1; id <= n; id++) {
+        if (c.node(id).frozen) c.thaw(id);
+        if (c.node(id).down) c.restart(id);
+    }
+    EXPECT_TRUE(c.run_until([&] { return c.converged(); }, 5 * kSec))
+        << "seed " << seed << ", " << n << " nodes\n"
+        << c.trace();
+    EXPECT_EQ(c.monitor().violations(), 0) << "seed " << seed << ", " << n << " nodes";
+    return c.max_epoch();
+}
+
+// PGRAC_MEMBERSHIP_SOAK_SEEDS=N runs N seeds instead of 20.
+uint64_t soak_seeds() {
+    const char* env = getenv("PGRAC_MEMBERSHIP_SOAK_SEEDS");
+    return env != nullptr && atoi(env) > 0 ? static_cast<uint64_t>(atoi(env)) : 20;
+}
+
+void soak_seeds(int nodes) {
+    uint32_t epochs = 0;
+    for (uint64_t seed = 1; seed <= soak_seeds() && !::testing::Test::HasFailure(); seed++) {
+        SCOPED_TRACE("seed " + std::to_string(seed));
+        epochs += soak(SimOptions{nodes, seed, 100, 2000}, 60 * kSec);
+    }
+    // The faults did change the membership, many times per run.
+    EXPECT_GT(epochs, 10 * soak_seeds());
+}
+
+TEST(MembershipSim, SoakThreeNodes) {
+    soak_seeds(3);
+}
+
+TEST(MembershipSim, SoakFiveNodes) {
+    soak_seeds(5);
+}
+
+// Known limit, kept for whoever lifts it: votes and views live in shared
+// memory only, so when a majority restarts with new shared memory while the
+// node that remembers is cut off, epochs start again at 1 and one epoch names
+// two member sets. (Leases still hold: the old node is fenced.)
+TEST(MembershipSim, DISABLED_MajorityRestartedWithNewSharedMemoryReusesNoEpoch) {
+    auto c = formed(3);
+    c->isolate(1);
+    c->run_for(3 * kSec);
+    c->crash(2);
+    c->crash(3);
+    c->run_for(1 * kSec);
+    c->restart(2);
+    c->restart(3);
+    c->run_for(3 * kSec);
+    EXPECT_EQ(c->monitor().violations(), 0);
+}
+
+// ---- gossip codec
+
+Gossip sample_gossip() {
+    Gossip g;
+    g.committed = View{7, 0, nodes_mask({1, 2, 3})};
+    g.accepted = View{9, 0, nodes_mask({1, 3})};
+    g.proposal = View{9, 0, nodes_mask({1, 3})};
+    g.flags = kGossipWantEpoch | kGossipInView;
+    return g;
+}
+
+constexpr NodeMask kThree = 0x7;
+
+TEST(MembershipGossip, RoundTrips) {
+    uint8_t b[kGossipSize];
+    const Gossip g = sample_gossip();
+    encode_gossip(g, b);
+    Gossip d;
+    ASSERT_TRUE(decode_gossip(b, kGossipSize, kThree, &d));
+    EXPECT_EQ(d.committed, g.committed);
+    EXPECT_EQ(d.accepted, g.accepted);
+    EXPECT_EQ(d.proposal, g.proposal);
+    EXPECT_EQ(d.flags, g.flags);
+    // Little-endian, at the documented offsets.
+    EXPECT_EQ(b[0], 7);
+    EXPECT_EQ(b[4], 0x7);
+    EXPECT_EQ(b[12], 9);
+    EXPECT_EQ(b[16], 0x5);
+    EXPECT_EQ(b[24], 9);
+    EXPECT_EQ(b[36], 0x3);
+
+    Gossip empty;
+    encode_gossip(Gossip{}, b);
+    ASSERT_TRUE(decode_gossip(b, kGossipSize, kThree, &empty));
+    EXPECT_EQ(empty.committed, View{});
+    EXPECT_EQ(empty.flags, 0);
+}
+
+TEST(MembershipGossip, RejectsMalformed) {
+    uint8_t good[kGossipSize + 1] = {};
+    encode_gossip(sample_gossip(), good);
+    Gossip d;
+    auto rejects = [&](const std::function<void(uint8_t*)>& spoil, NodeMask configured = kThree) {
+        uint8_t b[kGossipSize];
+        memcpy(b, good, kGossipSize);
+        spoil(b);
+        return !decode_gossip(b, kGossipSize, configured, &d);
+    };
+    EXPECT_FALSE(decode_gossip(good, kGossipSize - 1, kThree, &d)) << "short";
+    EXPECT_FALSE(decode_gossip(good, kGossipSize + 1, kThree, &d)) << "long";
+    for (size_t i = 37; i < kGossipSize; i++)
+        EXPECT_TRUE(rejects([i](uint8_t* b) { b[i] = 1; })) << "reserved byte " << i;
+    EXPECT_TRUE(rejects([](uint8_t* b) { b[36] = 0x04; })) << "unknown flag";
+    EXPECT_TRUE(rejects([](uint8_t* b) { b[36] = 0x80 | kGossipInView; })) << "unknown flag";
+    // A node outside the configured ones, in each view.
+    for (size_t at : {4, 16, 28})
+        EXPECT_TRUE(rejects([at](uint8_t* b) { b[at] |= 0x08; })) << "member 4 at " << at;
+    EXPECT_TRUE(rejects([](uint8_t* b) { b[11] = 0x80; })) << "member 64";
+    // An epoch without members and members without an epoch.
+    for (size_t at : {0, 12, 24}) {
+        EXPECT_TRUE(rejects([at](uint8_t* b) { memset(b + at, 0, 4); })) << "epoch 0 at " << at;
+        EXPECT_TRUE(rejects([at](uint8_t* b) { memset(b + at + 4, 0, 8); }))
+            << "no members at " << at;
+    }
+    // The same bytes are fine for a cluster that configures node 4.
+    EXPECT_FALSE(rejects([](uint8_t* b) { b[4] |= 0x08; }, 0xF));
+    EXPECT_TRUE(decode_gossip(good, kGossipSize, kThree, &d));
+}
+
+TEST(MembershipGossip, MaskHelpers) {
+    EXPECT_EQ(mask_text(nodes_mask({3, 1, 64})), "{1,3,64}");
+    EXPECT_EQ(mask_text(0), "{}");
+    EXPECT_EQ(node_count(nodes_mask({1, 2, 5})), 3);
+    EXPECT_EQ(mask_nodes(nodes_mask({5, 2})), (std::vector<uint16_t>{2, 5}));
+    EXPECT_EQ(nodes_mask({0, 65}), 0u);
+}
+
+}  // namespace
