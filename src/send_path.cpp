@@ -27,10 +27,16 @@ void give_back_room(PeerShared* p, uint64_t frame_bytes);
 
 // Takes room for one frame in the peer's send budget, or nothing if it does
 // not fit. Add first, then check, so that concurrent senders cannot all see
-// room and overshoot together.
-bool take_room(PeerShared* p, uint64_t frame_bytes) {
-    const uint64_t max_bytes = static_cast<uint64_t>(pgrac_send_queue_max_kb) * 1024;
-    const uint64_t max_msgs = static_cast<uint64_t>(pgrac_send_queue_max_messages);
+// room and overshoot together. Control traffic (GES, heartbeats' kin) may go
+// a quarter beyond the limits that bulk traffic stops at: lock traffic never
+// waits for room behind block traffic.
+bool take_room(PeerShared* p, uint64_t frame_bytes, bool control) {
+    uint64_t max_bytes = static_cast<uint64_t>(pgrac_send_queue_max_kb) * 1024;
+    uint64_t max_msgs = static_cast<uint64_t>(pgrac_send_queue_max_messages);
+    if (control) {
+        max_bytes += max_bytes / 4;
+        max_msgs += max_msgs / 4;
+    }
     const uint64_t bytes = fetch_add(&p->queued_bytes, frame_bytes) + frame_bytes;
     const uint64_t msgs = fetch_add(&p->queued_msgs, uint64_t{1}) + 1;
     if (bytes <= max_bytes && msgs <= max_msgs) return true;
@@ -41,6 +47,12 @@ bool take_room(PeerShared* p, uint64_t frame_bytes) {
 void give_back_room(PeerShared* p, uint64_t frame_bytes) {
     __atomic_fetch_sub(&p->queued_msgs, uint64_t{1}, __ATOMIC_RELAXED);
     __atomic_fetch_sub(&p->queued_bytes, frame_bytes, __ATOMIC_RELAXED);
+}
+
+// The last eighth of the outbound ring is kept for control traffic.
+bool ring_has_room_for(const ShmRing& ring, uint64_t record_bytes, bool control) {
+    if (control) return true;
+    return ring.used_bytes() + record_bytes + ring.capacity() / 8 <= ring.capacity();
 }
 
 bool peer_is_down(const IcShared* shm, const PeerShared* peer, int node) {
@@ -74,11 +86,14 @@ int enqueue_message(int node, uint16_t flags, const MessageHeader& mh, const voi
     const uint64_t frame_bytes = kFrameHeaderSize + pre.payload_len;
     ShmRing ring = outbound_ring(shm);
 
+    const bool control = (api_flags & PGRAC_IC_CONTROL) != 0;
     const uint64_t start = monotonic_ns();
     bool stalled = false;
     for (;;) {
-        if (take_room(peer, frame_bytes)) {
-            if (ring.push(iov, len > 0 ? 3 : 2) == ShmRing::Push::Ok) break;
+        if (take_room(peer, frame_bytes, control)) {
+            if (ring_has_room_for(ring, sizeof pre + pre.payload_len, control) &&
+                ring.push(iov, len > 0 ? 3 : 2) == ShmRing::Push::Ok)
+                break;
             give_back_room(peer, frame_bytes);
         }
         // A peer that went DOWN while we waited will not drain its queue:

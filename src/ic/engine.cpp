@@ -33,7 +33,9 @@ Engine::Engine(EngineConfig config, IcShared* shm, EngineHost& host, const Trans
     : cfg_(std::move(config)),
       shm_(shm),
       host_(host),
-      membership_(MembershipConfig{cfg_.identity.node_id, configured_mask(cfg_.nodes),
+      // The stub tier (one node, no cluster.nodes) is its own cluster of one.
+      membership_(MembershipConfig{cfg_.identity.node_id,
+                                   configured_mask(cfg_.nodes) | node_bit(cfg_.identity.node_id),
                                    cfg_.heartbeat_interval_ms, cfg_.peer_timeout_ms},
                   &shm_->membership) {
     membership_.set_unix_clock(&unix_time_us);
@@ -242,7 +244,19 @@ void Engine::on_message(Peer& p, int lane, tiers::ConnId conn, const FrameHeader
     MessageHeader mh;
     decode_message_header(payload, h.payload_len, &mh);
     store_relaxed(&p.shm->epoch_seen, mh.epoch);
+    if (mh.msg_type == kVoidMsgType) return;  // a request its caller gave up: never run
     if (h.flags & kFlagRpcReply) {
+        // A reply only from the node the request went to, for a request
+        // still waiting: anything else is a forgery or too late.
+        auto it = outstanding_.find(rpc_slot(mh.rpc_id));
+        if (it == outstanding_.end() || it->second.rpc_id != mh.rpc_id ||
+            it->second.node != p.addr.node_id) {
+            report(ErrorType::WrongSource, Severity::Warning, p.addr.node_id,
+                   "reply from node " + std::to_string(p.addr.node_id) +
+                       " to an RPC that is not waiting for it (rpc_id " +
+                       std::to_string(mh.rpc_id) + ") dropped");
+            return;
+        }
         deliver_reply(mh.rpc_id, mh.status, payload + kMessageHeaderSize,
                       h.payload_len - static_cast<uint32_t>(kMessageHeaderSize));
     } else {
@@ -287,6 +301,37 @@ void Engine::transmit_held(Peer& p, int64_t now) {
 
 // Sends, in order, the retained frames after seq `after` (a reconnect's resend,
 // or what a backoff held).
+// Rewrites, in the retained frames of peer p, every RPC request that is no
+// longer awaited (failed, timed out, given up) into a void message.
+void Engine::void_abandoned_requests(Peer& p) {
+    for (Lane& l : p.lanes) {
+        l.session.for_each_retained([&](uint32_t, std::vector<uint8_t>& f) {
+            FrameHeader h;
+            if (f.size() < kFrameHeaderSize + kMessageHeaderSize ||
+                decode_frame_header(f.data(), f.size(), kMaxFramePayload, &h) != FrameError::None ||
+                !(h.flags & kFlagRpcRequest))
+                return;
+            uint8_t* payload = f.data() + kFrameHeaderSize;
+            MessageHeader mh;
+            if (decode_message_header(payload, h.payload_len, &mh) != FrameError::None) return;
+            auto it = outstanding_.find(rpc_slot(mh.rpc_id));
+            if (it != outstanding_.end() && it->second.rpc_id == mh.rpc_id) {
+                const ReplySlot* slot = reply_slot(shm_, rpc_slot(mh.rpc_id));
+                const bool waiting =
+                    slot != nullptr && load_acquire(&slot->rpc_id) == mh.rpc_id &&
+                    load_acquire(&slot->state) == static_cast<uint32_t>(SlotState::Waiting);
+                if (waiting) return;
+                outstanding_.erase(it);
+            }
+            mh.msg_type = kVoidMsgType;
+            encode_message_header(mh, payload);
+            h.flags = static_cast<uint16_t>(h.flags & ~kFlagRpcRequest);
+            encode_frame_header(h, payload, f.data());
+            count(&p.shm->requests_voided);
+        });
+    }
+}
+
 void Engine::transmit_after(Lane& l, uint32_t after) {
     for (const Session::Held& h : l.session.frames_after(after)) {
         iovec iov{const_cast<uint8_t*>(h.frame->data()), h.frame->size()};

@@ -149,6 +149,7 @@ class Engine final : public tiers::TransportHandler, public HandshakePolicy {
     void on_backoff(Peer& p, const FrameHeader& h, const uint8_t* payload);
     void transmit_held(Peer& p, int64_t now_us);
     void transmit_after(Lane& l, uint32_t after);
+    void void_abandoned_requests(Peer& p);
     void drain_overflow();
     // Can the LMS backlog held in the listener take one more message?
     bool backlog_has_room(uint32_t payload_len) const;

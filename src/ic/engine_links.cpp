@@ -408,6 +408,7 @@ void Engine::establish(tiers::ConnId id, Conn& c) {
     on_ack(p, l, peer_has);  // what it has is acked (and accounted)
     const uint32_t was_transmitted = l.transmitted;
     l.transmitted = peer_has;
+    void_abandoned_requests(p);   // callers that gave up meanwhile (timeout)
     transmit_after(l, peer_has);  // l.conn is id by now
     if (seq_after(was_transmitted, peer_has)) {
         const uint32_t upto =
@@ -554,6 +555,8 @@ void Engine::declare_down(Peer& p, const std::string& why) {
     for (Lane& l : p.lanes)
         if (l.conn != 0) close_conn(l.conn);
     fail_outstanding(p.addr.node_id, PGRAC_IC_UNREACHABLE);
+    // Their callers were told they failed: if the peer comes back, they must not run.
+    void_abandoned_requests(p);
     set_state(p, PeerState::Down);
 }
 

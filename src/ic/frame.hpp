@@ -91,6 +91,11 @@ struct MessageHeader {
     uint16_t status = 0;  // replies: pgrac_ic_status
 };
 void encode_message_header(const MessageHeader& m, uint8_t out[kMessageHeaderSize]);
+// A retained request whose caller was told it failed is rewritten to this
+// type (and loses kFlagRpcRequest) before any resend: it keeps its place in
+// the session's sequence, and the receiver drops it. At most once for what
+// failed, exactly once for what succeeded.
+inline constexpr uint16_t kVoidMsgType = 0;
 FrameError decode_message_header(const uint8_t* in, size_t len, MessageHeader* out);
 
 // Reassembles frames from a byte stream (TCP). Feed bytes, then take frames.

@@ -183,13 +183,6 @@ size_t membership_history(const MembershipShared* m, MembershipRecord* out, size
 
 Membership::Membership(MembershipConfig cfg, MembershipShared* shm) : cfg_(cfg), shm_(shm) {
     store_relaxed(&shm_->lease_ms, static_cast<uint32_t>(lease_ms_for(cfg_.peer_timeout_ms)));
-    // A single-node cluster is its own majority: one view, a lease that never ends.
-    if (node_count(cfg_.configured) == 1 && load_acquire(&shm_->committed_epoch) == 0) {
-        View v{1, 0, cfg_.configured};
-        store_release(&shm_->accepted.members, v.members);
-        store_release(&shm_->accepted.epoch, v.epoch);
-        adopt(v, 0);
-    }
 }
 
 void Membership::init_shared(MembershipShared* shm) {
@@ -510,6 +503,13 @@ void Membership::try_commit(int64_t now_us) {
 }
 
 bool Membership::tick(int64_t now_us) {
+    // A single-node cluster is its own majority: one view, a lease that never ends.
+    if (node_count(cfg_.configured) == 1 && load_acquire(&shm_->committed_epoch) == 0) {
+        const View v{1, 0, cfg_.configured};
+        store_release(&shm_->accepted.members, v.members);
+        store_release(&shm_->accepted.epoch, v.epoch);
+        adopt(v, now_us);
+    }
     note_start(now_us);
     const Gossip before = gossip();
     check_lease(now_us);

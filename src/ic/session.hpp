@@ -49,6 +49,12 @@ class Session {
         const std::vector<uint8_t>* frame;
     };
     std::vector<Held> frames_after(uint32_t seq) const;
+    // Every retained frame, to rewrite in place (same length): the engine
+    // voids RPC requests whose caller was told they failed.
+    template <typename Fn>
+    void for_each_retained(Fn&& fn) {
+        for (Retained& r : unacked_) fn(r.seq, r.frame);
+    }
     size_t unacked_msgs() const { return unacked_.size(); }
     size_t unacked_bytes() const { return unacked_bytes_; }
     uint32_t last_sent() const { return next_seq_ - 1; }

@@ -47,6 +47,7 @@ struct PeerShared {
     uint64_t msgs_sent, msgs_recv, bytes_sent, bytes_recv;
     uint64_t rpcs_sent, rpcs_served;
     uint64_t retransmits, reconnects, duplicates_dropped;
+    uint64_t requests_voided;  // retained RPC requests voided: their caller was told they failed
     uint64_t backpressure_stalls;        // sends that waited or failed on a full queue
     uint64_t queued_msgs, queued_bytes;  // accepted for this peer, not yet acked
     uint64_t unacked_msgs;               // listener's view: sent, not acked

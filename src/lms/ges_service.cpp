@@ -896,13 +896,25 @@ uint32_t worker_index_of(const pgrac_ic_message* msg) {
 
 // Sends what the C++ code queued and emits its log lines. Plain loops over
 // globals: a longjmp out of pgrac_ic_send leaves nothing to destroy.
+// No wait for send room is without bound: a peer whose queue stays full for
+// kSendWaitMs (it is frozen, say) gets nothing more in this flush, and the
+// epoch request resynchronises what it missed.
+constexpr int kSendWaitMs = 1000;
+
 void flush() {
     bool lost = false;
+    uint64_t failed_nodes = 0;  // bit id-1
     for (; g_out_sent < g_out.size(); g_out_sent++) {
         const OutMsg& o = g_out[g_out_sent];
-        const int rc = pgrac_ic_send(o.node, o.type, o.route_key, o.body.data(),
-                                     static_cast<uint32_t>(o.body.size()), PGRAC_IC_CONTROL, -1);
+        const uint64_t bit = o.node >= 1 && o.node <= 64 ? uint64_t{1} << (o.node - 1) : 0;
+        const int rc = (failed_nodes & bit)
+                           ? PGRAC_IC_QUEUE_FULL
+                           : pgrac_ic_send(o.node, o.type, o.route_key, o.body.data(),
+                                           static_cast<uint32_t>(o.body.size()), PGRAC_IC_CONTROL,
+                                           kSendWaitMs);
         if (rc == PGRAC_IC_OK) continue;
+        if (failed_nodes & bit) continue;
+        failed_nodes |= bit;
         // A lost GES message leaves a master and a registry apart: ask for a
         // new epoch, in which every master rebuilds from the registries.
         if (!lost && o.type != kMsgGesDeadlock) count(&shared()->membership.bump_requests);

@@ -834,6 +834,63 @@ TEST_F(EngineTest, UnknownDestinationFailsTheRpc) {
     EXPECT_EQ(rpc(1, 2, pattern(16, 2), &reply), PGRAC_IC_OK);
 }
 
+TEST_F(EngineTest, AnRpcToldItFailedNeverRunsAfterTheReconnect) {
+    make(2, [](EngineConfig& c) {
+        c.heartbeat_interval_ms = 50;
+        c.peer_timeout_ms = 600;
+    });
+    bring_up();
+    TestNode& a = node(1);
+    TestNode& b = node(2);
+    const size_t before = b.received.size();
+    // The request is lost on the wire (the session keeps it for a resend)...
+    a.net().drop_next_messages(1);
+    ASSERT_NE(a.start_rpc(2, 6, 1, pattern(40, 7)), 0u);
+    // ...and the peer falls silent: DOWN, and the caller is told it failed.
+    b.paused = true;
+    ASSERT_TRUE(pump([&] { return a.rpc_done(6); }));
+    EXPECT_EQ(a.rpc_status(6), PGRAC_IC_UNREACHABLE);
+    b.paused = false;
+    ASSERT_TRUE(pump([&] { return fully_up(); }));
+    // The resent frame was voided: the session stays in order, nothing runs.
+    std::vector<uint8_t> reply;
+    EXPECT_EQ(rpc(1, 2, pattern(16, 8), &reply, 7), PGRAC_IC_OK);
+    EXPECT_EQ(b.received.size(), before + 1) << "only the second RPC reached node 2";
+    EXPECT_GE(load_relaxed(&a.peer(2).requests_voided), 1u);
+}
+
+TEST_F(EngineTest, ReplyOnlyFromTheNodeAsked) {
+    make(3);
+    bring_up();
+    TestNode& a = node(1);
+    TestNode& b = node(2);
+    TestNode& c = node(3);
+    b.echo_rpcs = false;
+    const uint64_t id = a.start_rpc(2, 5, 1, pattern(16, 1));
+    ASSERT_NE(id, 0u);
+    ASSERT_TRUE(pump([&] { return b.received.size() == 1; }));
+    // Node 3 answers an RPC that went to node 2: refused, counted, the RPC waits on.
+    MessageHeader mh;
+    mh.msg_type = 300;
+    mh.rpc_id = id;
+    const std::vector<uint8_t> forged = pattern(16, 9);
+    ASSERT_TRUE(c.push(1, kFlagRpcReply, mh, forged.data(), 16));
+    ASSERT_TRUE(pump([&] { return a.errors(ErrorType::WrongSource) >= 1; }));
+    EXPECT_FALSE(a.rpc_done(5));
+    // So does node 2 for an rpc_id nobody waits for.
+    mh.rpc_id = id + 1;
+    ASSERT_TRUE(b.push(1, kFlagRpcReply, mh, forged.data(), 16));
+    ASSERT_TRUE(pump([&] { return a.errors(ErrorType::WrongSource) >= 2; }));
+    EXPECT_FALSE(a.rpc_done(5));
+    // The real answer from node 2 completes it.
+    mh.rpc_id = id;
+    const std::vector<uint8_t> real = pattern(16, 1);
+    ASSERT_TRUE(b.push(1, kFlagRpcReply, mh, real.data(), 16));
+    ASSERT_TRUE(pump([&] { return a.rpc_done(5); }));
+    EXPECT_EQ(a.rpc_status(5), PGRAC_IC_OK);
+    EXPECT_EQ(a.rpc_reply(5), real);
+}
+
 // ---- under netem (tests/netns/netem_test.sh): one engine per network namespace
 
 // Reads PGRAC_NETEM_NODE (1 or 2), PGRAC_NETEM_ADDR1, PGRAC_NETEM_ADDR2,

@@ -1,0 +1,17 @@
+-- GES on one node (stub tier): the node is its own majority, a member of
+-- epoch 1 with a lease that never ends; locks, tokens and the views work.
+SELECT node_id, state, epoch, members, lease_valid, lease_remaining_ms IS NULL AS lease_forever,
+       fence_count, quorum
+  FROM pg_cluster_membership;
+SELECT epoch, event, members, at > now() - interval '1 day' AS recent
+  FROM pg_cluster_membership_history ORDER BY at, event;
+SELECT pgrac_ges_lock('stub:a', 'EX', 0) AS locked;
+SELECT pgrac_ges_lock_token('stub:a') >> 32 AS token_epoch, pgrac_ges_lock_token('stub:a') > 0 AS has_token;
+SELECT resource, master_node, mode, state, token = pgrac_ges_lock_token('stub:a') AS same_token
+  FROM pg_cluster_ges_locks;
+SELECT pgrac_ges_lock_token('stub:none') IS NULL AS no_token_unheld;
+SELECT pgrac_ges_unlock('stub:a') AS unlocked;
+SELECT pgrac_ges_lock('stub:a', 'EX', 0) AS again;
+SELECT pgrac_ges_lock_token('stub:a') > (1::bigint << 32) + 1 AS tokens_grow;
+SELECT pgrac_ges_unlock_all();
+SELECT count(*) FROM pg_cluster_ges_locks;
