@@ -23,6 +23,7 @@ bool pgrac_interconnect_strict = false;
 char* pgrac_cluster_name = nullptr;
 int pgrac_node_id = 1;
 char* pgrac_nodes = nullptr;
+char* pgrac_witness_nodes = nullptr;
 char* pgrac_auth_key_file = nullptr;
 int pgrac_lms_workers = 2;
 int pgrac_heartbeat_interval_ms = 1000;
@@ -98,6 +99,55 @@ bool check_cluster_name(char** newval, void**, GucSource) {
     return true;
 }
 
+uint64_t g_witness_mask = 0;
+
+// "3" or "3,4": node ids 1..64, each once.
+bool parse_witnesses(const char* text, uint64_t* mask, char* err, size_t errlen) {
+    *mask = 0;
+    const char* p = text;
+    while (*p) {
+        while (*p == ' ' || *p == ',') p++;
+        if (!*p) break;
+        char* end = nullptr;
+        const long id = std::strtol(p, &end, 10);
+        if (end == p || id < 1 || id > 64) {
+            std::snprintf(err, errlen, "\"%s\" is not a list of node ids from 1 to 64", text);
+            return false;
+        }
+        const uint64_t bit = uint64_t{1} << (id - 1);
+        if (*mask & bit) {
+            std::snprintf(err, errlen, "node %ld is listed twice", id);
+            return false;
+        }
+        *mask |= bit;
+        p = end;
+        while (*p == ' ') p++;
+        if (*p && *p != ',') {
+            std::snprintf(err, errlen, "\"%s\" is not a list of node ids from 1 to 64", text);
+            return false;
+        }
+    }
+    return true;
+}
+
+bool check_witnesses(char** newval, void**, GucSource) {
+    char err[256] = "";
+    uint64_t mask = 0;
+    if (!parse_witnesses(*newval ? *newval : "", &mask, err, sizeof err)) {
+        GUC_check_errdetail("cluster.witness_nodes: %s.", err);
+        remember_rejection("cluster.witness_nodes", err);
+        GUC_check_errhint("Write node ids separated by commas, e.g. '3'.");
+        return false;
+    }
+    return true;
+}
+
+void assign_witnesses(const char* newval, void*) {
+    char err[256];
+    uint64_t mask = 0;
+    if (parse_witnesses(newval ? newval : "", &mask, err, sizeof err)) g_witness_mask = mask;
+}
+
 bool check_nodes(char** newval, void**, GucSource) {
     char err[512] = "";
     const char* text = *newval ? *newval : "";
@@ -121,6 +171,10 @@ bool check_nodes(char** newval, void**, GucSource) {
 }
 
 }  // namespace
+
+uint64_t witness_mask() {
+    return g_witness_mask;
+}
 
 const char* hugepage_size_name(int v) {
     return v == 2 ? "1GB" : v == 1 ? "2MB" : "none";
@@ -208,6 +262,11 @@ void define_settings() {
                             "Most bytes queued to one peer and not yet acknowledged.", nullptr,
                             &pgrac_send_queue_max_kb, 65536, 256, 4194304, PGC_SIGHUP, GUC_UNIT_KB,
                             nullptr, nullptr, nullptr);
+    DefineCustomStringVariable(
+        "cluster.witness_nodes", "Nodes that vote in membership but master no global lock.",
+        "Node ids, e.g. '3': a small third instance that lets one of two data nodes go on "
+        "when the other fails. Every node must list the same witnesses.",
+        &pgrac_witness_nodes, "", PGC_POSTMASTER, 0, check_witnesses, assign_witnesses, nullptr);
     DefineCustomIntVariable("cluster.tcp_paths",
                             "Bulk connections per pair of instances, besides the control lane.",
                             nullptr, &pgrac_tcp_paths, 1, 0, pgrac::ic::kMaxLanes - 1,
@@ -250,6 +309,16 @@ void check_combination(char* err, size_t errlen, char* hint, size_t hintlen) {
                           "Add \"%d@host:port\" to cluster.nodes or fix "
                           "cluster.node_id.",
                           pgrac_node_id);
+        } else if (nodes && !nodes->empty() && g_witness_mask != 0 && [&] {
+                       uint64_t configured = 0;
+                       for (const auto& n : *nodes) configured |= uint64_t{1} << (n.node_id - 1);
+                       return (g_witness_mask & ~configured) != 0 ||
+                              (configured & ~g_witness_mask) == 0;
+                   }()) {
+            std::snprintf(err, errlen,
+                          "cluster.witness_nodes must name nodes of cluster.nodes and leave at "
+                          "least one node that is not a witness");
+            std::snprintf(hint, hintlen, "Fix cluster.witness_nodes or cluster.nodes.");
         } else if (pgrac_peer_timeout_ms < 2 * pgrac_heartbeat_interval_ms) {
             std::snprintf(err, errlen,
                           "cluster.peer_timeout (%d ms) must be at least twice "

@@ -23,11 +23,15 @@ extern int pgrac_rdma_hugepage_size;  // enum: 0 none, 1 2MB, 2 1GB
 extern int pgrac_rdma_cq_depth;
 extern int pgrac_rdma_use_xrc;  // enum: 0 auto, 1 on, 2 off
 extern bool pgrac_rdma_numa_auto_bind;
+extern char* pgrac_witness_nodes;
 }
 
 namespace pgrac::glue {
 
 void define_settings();
+// cluster.witness_nodes as a mask (bit id-1): nodes that vote in membership and
+// master no global lock.
+uint64_t witness_mask();
 // Checks that need several settings at once; ereport(FATAL)s at postmaster start.
 void check_settings_together();
 const char* hugepage_size_name(int v);

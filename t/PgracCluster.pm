@@ -13,7 +13,7 @@ use PostgreSQL::Test::RecursiveCopy;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-# PgracCluster->new(n => 3, tier => 'tier3', conf => "extra lines",
+# PgracCluster->new(n => 3, tier => 'tier3', conf => "extra lines", name => 'node',
 #                   node_conf => { 2 => "lines for node 2" }, start => 1,
 #                   before_copy => sub { my $node1 = shift; ... })
 # before_copy (optional): run against node 1, started alone without pgrac_ic,
@@ -33,7 +33,9 @@ sub new
 	$self->{ic_ports} = [ map { PostgreSQL::Test::Cluster::get_free_port() } 1 .. $n ];
 	$self->{key_file} = $self->write_key('pgrac.key', 0600);
 
-	my $first = PostgreSQL::Test::Cluster->new('node1');
+	# name: prefix of the instances' names (several clusters in one test).
+	my $prefix = $args{name} // 'node';
+	my $first = PostgreSQL::Test::Cluster->new("${prefix}1");
 	$first->init;
 	if ($args{before_copy})
 	{
@@ -44,7 +46,7 @@ sub new
 	push @{ $self->{nodes} }, $first;
 	for my $i (2 .. $n)
 	{
-		my $node = PostgreSQL::Test::Cluster->new("node$i");
+		my $node = PostgreSQL::Test::Cluster->new("$prefix$i");
 		PostgreSQL::Test::RecursiveCopy::copypath($first->data_dir, $node->data_dir);
 		chmod 0700, $node->data_dir;
 		push @{ $self->{nodes} }, $node;

@@ -82,6 +82,11 @@ std::string list_text(const std::vector<uint16_t>& v) {
     return s + "}";
 }
 
+// A witness (cluster.witness_nodes) votes in membership and masters nothing.
+bool is_witness(uint16_t node) {
+    return pgrac::glue::witness_mask() & node_bit(node);
+}
+
 class Worker {
   public:
     Worker(uint32_t index, uint16_t self) : index_(index), self_(self), table_(self) {
@@ -221,7 +226,10 @@ class Worker {
             drop_everything(node ? "this node was fenced (it lost its lease)"
                                  : "this LMS worker restarted");
         }
-        const bool ok = lease_valid(w, now_ms) && has_node(v.members, self_);
+        // A view of witnesses only (no node may master) serves nothing.
+        bool any_master = false;
+        for (uint16_t n : mask_nodes(v.members)) any_master = any_master || !is_witness(n);
+        const bool ok = lease_valid(w, now_ms) && has_node(v.members, self_) && any_master;
         if (!ok) {
             if (epoch_ != 0) {
                 g_logs.push_back("GES (LMS " + std::to_string(index_) +
@@ -264,6 +272,7 @@ class Worker {
         round_.finish();
         epoch_ = 0;
         live_.assign(1, self_);
+        masters_.assign(1, self_);
     }
 
     void start_epoch(const View& v, int64_t now) {
@@ -272,7 +281,11 @@ class Worker {
         const uint32_t old_epoch = epoch_;
         epoch_ = v.epoch;
         live_.clear();
-        for (uint16_t n : mask_nodes(v.members)) live_.push_back(n);
+        masters_.clear();
+        for (uint16_t n : mask_nodes(v.members)) {
+            live_.push_back(n);
+            if (!is_witness(n)) masters_.push_back(n);
+        }
         table_ = LockTable(self_);
         tokens_.clear();
         table_.begin_replay();
@@ -294,11 +307,11 @@ class Worker {
         // Client side: every member gets our locks it masters now (possibly
         // none: the last-batch marker is what it waits for).
         std::map<uint16_t, std::vector<ReplayEntry>> by_master;
-        for (uint16_t m : live_) by_master[m];
+        for (uint16_t m : masters_) by_master[m];
         for (ReplayEntry e : registry_.locks()) {
             auto t = held_tokens_.find(Key{e.resource, e.owner});
             if (t != held_tokens_.end() && e.state != LockState::Waiting) e.token = t->second;
-            by_master[master_for(e.resource, live_)].push_back(e);
+            by_master[master_for(e.resource, masters_)].push_back(e);
         }
         for (auto& [m, entries] : by_master) {
             for (std::vector<uint8_t>& body : encode_replay_messages(entries, epoch_)) {
@@ -379,6 +392,10 @@ class Worker {
 
     void maybe_end_replay(int64_t now) {
         if (!replaying_) return;
+        if (is_witness(self_)) {  // masters nothing: nothing to wait for
+            replaying_ = false;
+            return;
+        }
         std::string missing;
         for (uint16_t s : live_)
             if (replay_done_.count(s) == 0) missing += " " + std::to_string(s);
@@ -636,7 +653,7 @@ class Worker {
             return;
         }
         if (m.type != GesMsgType::Replay && m.type != GesMsgType::ReleaseAll &&
-            master_for(m.resource, live_) != self_) {
+            master_for(m.resource, masters_) != self_) {
             refuse_source(src, m, "this node is not the resource's master in this epoch");
             return;
         }
@@ -668,7 +685,7 @@ class Worker {
                 break;
             case GesMsgType::Replay: {
                 for (const ReplayEntry& e : m.entries) {
-                    if (e.owner.node != src || master_for(e.resource, live_) != self_) {
+                    if (e.owner.node != src || master_for(e.resource, masters_) != self_) {
                         refuse_source(src, m, "a replayed lock is not the sender's or not ours");
                         return;
                     }
@@ -710,7 +727,7 @@ class Worker {
     void on_reply(uint16_t src, const GesMessage& m, int64_t now) {
         if (!epoch_ok(src, m, true, now)) return;
         // Replies only from the node that masters the resource in this epoch.
-        if (src != master_for(m.resource, live_) || m.owner.node != self_) {
+        if (src != master_for(m.resource, masters_) || m.owner.node != self_) {
             refuse_source(src, m, "it is not the resource's master in this epoch");
             return;
         }
@@ -811,7 +828,7 @@ class Worker {
         if (epoch_ == 0) return;
         GesMessage m = msg;
         m.epoch = epoch_;
-        const uint16_t master = master_for(m.resource, live_);
+        const uint16_t master = master_for(m.resource, masters_);
         if (master == self_) {
             on_master(self_, m, now);
             return;
@@ -851,6 +868,7 @@ class Worker {
     LockTable table_;
     ClientRegistry registry_;
     std::vector<uint16_t> live_{self_};
+    std::vector<uint16_t> masters_{self_};  // live_ without witnesses: who masters resources
     // Membership as this worker follows it.
     uint32_t epoch_ = 0;      // the epoch served (0: none)
     uint32_t min_epoch_ = 0;  // a restarted worker serves from this epoch on

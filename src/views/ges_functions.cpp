@@ -478,7 +478,7 @@ int64 count_live(uint16_t* live) {
     int64 n = 0;
     pgrac::ic::IcShared* shm = pgrac::glue::shared();
     const View v = shm ? committed_view(&shm->membership) : View{};
-    for (uint16_t id : mask_nodes(v.members)) live[n++] = id;
+    for (uint16_t id : mask_nodes(v.members & ~pgrac::glue::witness_mask())) live[n++] = id;
     if (n == 0) live[n++] = static_cast<uint16_t>(pgrac_node_id);
     return n;
 }
