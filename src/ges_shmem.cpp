@@ -29,8 +29,17 @@ uint32_t slot_count() {
     return static_cast<uint32_t>(MaxBackends + NUM_AUXILIARY_PROCS + max_prepared_xacts);
 }
 
+size_t slots_size() {
+    return MAXALIGN(offsetof(GesShared, slots) + sizeof(GesWaitSlot) * slot_count());
+}
+
+size_t mirror_size() {
+    return MAXALIGN(pgrac::ic::ges::RegistryMirror::bytes_for(kRegistryMirrorCapacity));
+}
+
+// Wait slots, then one registry mirror per possible LMS worker.
 size_t ges_size() {
-    return offsetof(GesShared, slots) + sizeof(GesWaitSlot) * slot_count();
+    return slots_size() + mirror_size() * pgrac::ic::kMaxLmsWorkers;
 }
 
 void request() {
@@ -46,6 +55,10 @@ void startup() {
     if (!found) {
         std::memset(region, 0, ges_size());
         static_cast<GesShared*>(region)->n_slots = slot_count();
+        for (int w = 0; w < pgrac::ic::kMaxLmsWorkers; w++)
+            pgrac::ic::ges::RegistryMirror::create(
+                static_cast<char*>(region) + slots_size() + mirror_size() * w,
+                kRegistryMirrorCapacity);
     }
     g_ges = static_cast<GesShared*>(region);
     LWLockRelease(AddinShmemInitLock);
@@ -62,6 +75,12 @@ void install_ges_shmem() {
 
 GesShared* ges_shared() {
     return g_ges;
+}
+
+pgrac::ic::ges::RegistryMirror ges_registry_mirror(uint32_t worker) {
+    if (g_ges == nullptr || worker >= static_cast<uint32_t>(pgrac::ic::kMaxLmsWorkers)) return {};
+    return pgrac::ic::ges::RegistryMirror::attach(reinterpret_cast<char*>(g_ges) + slots_size() +
+                                                  mirror_size() * worker);
 }
 
 GesWaitSlot* ges_my_slot() {

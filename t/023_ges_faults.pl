@@ -608,10 +608,10 @@ sub report_safety
 
 # ------------------------------------------------------------------ case 3
 # The master's LMS worker for a resource is killed while one of the master
-# node's own backends holds it: nobody else may get it while that backend
-# believes it holds it; its next GES call says "global lock lost", and only
-# then may another node take it. Then the same with the master's own
-# backend waiting: it gets an answer, never hangs.
+# node's own backends holds it: the restarted worker gets the node's locks
+# back from its registry copy in shared memory, so the holder keeps the lock
+# (same token) and nobody else gets it until it unlocks. Then the same with
+# the master's own backend waiting: it gets an answer, never hangs.
 {
 	my $label = 'case 3a (master LMS killed, master-local holder)';
 	settle($label);
@@ -647,16 +647,32 @@ sub report_safety
 	ok( defined $back_at || poll_sql($n1,
 			"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'pgrac_ic lms $k' AND pid <> $lms", 15),
 		"$label: LMS $k restarted");
-	report_safety("$label, before the holder's next call", \%st);
+	note("$label: pg_cluster_ges_locks rows of $r before the holder's next call: '"
+		  . (sql_value($n3,
+				"SELECT string_agg(node_id || '/' || pid || '/' || mode || '/' || state, ' ')
+				   FROM pg_cluster_ges_locks WHERE resource = '$r'") // '?')
+		  . "' (holder: node 1 pid $h1->{pgrac_pid}, token $tok0)");
+	report_safety("$label, while the LMS restarted", \%st);
+	is($first_grant_at, undef, "$label: no other node was granted $r while its holder holds it");
+	# The restarted worker got this node's locks back (its registry copy in
+	# shared memory): the holder still holds the lock, under the same token.
 	my ($out, $err) = bq($h1, "SELECT pgrac_ges_lock_token('$r')");
-	like($err, qr/global lock lost/, "$label: the holder's next GES call raises 'global lock lost'")
-	  or diag("holder got out '$out' (token before: $tok0)");
+	is($out, $tok0, "$label: the holder still holds $r with the same fencing token") or diag($err);
+	ok($n1->log_contains(qr/LMS $k\): restarted; got back [1-9]\d* lock/),
+		"$label: the restarted worker logged the locks it got back");
+	is(sql_value($n2, "SELECT pgrac_ges_lock('$r', 'EX', 0)"), 'f',
+		"$label: node 2 is still refused");
 	my $tl = time;
-	ok( poll_sql($n2, "SELECT pgrac_ges_lock('$r', 'EX', 0) AND pgrac_ges_unlock('$r')", 20),
+	is($h1->query_safe("SELECT pgrac_ges_unlock('$r')"), 't', "$label: the holder unlocks");
+	my $h2 = bg($n2);
+	ok(poll_until(20, sub { ($h2->query("SELECT pgrac_ges_lock('$r', 'EX', 0)"))[0] eq 't' }, 100),
 		"$label: after that, node 2 gets $r");
-	note("$label: node 2 got it " . elapsed($tl) . ' after the holder was told');
-	($out, $err) = bq($h1, "SELECT pgrac_ges_unlock('$r')");
-	is($out, 'f', "$label: the holder no longer holds $r after the error");
+	$h2->{stderr} = '';
+	note("$label: node 2 got it " . elapsed($tl) . ' after the unlock');
+	my $tok2 = $h2->query_safe("SELECT pgrac_ges_lock_token('$r')");
+	cmp_ok($tok2, '>', $tok0, "$label: the new grant's fencing token ($tok2) is above the old one ($tok0)");
+	$h2->query_safe("SELECT pgrac_ges_unlock('$r')");
+	close_session($h2);
 	check_no_leak($label, $r);
 	close_session($h1);
 
@@ -665,7 +681,7 @@ sub report_safety
 	%st = ();
 	$r = resource_where($n1, 'c3b', 'master_node = 1');
 	$k = sql_value($n1, "SELECT lms_worker FROM pgrac_ges_resource('$r')");
-	my $h2 = bg($n2);
+	$h2 = bg($n2);
 	my $w1s = bg($n1);
 	is($h2->query_safe("SELECT pgrac_ges_lock('$r')"), 't', "$label: node 2 holds $r (master 1, LMS $k)");
 	my $w = start_waiter($w1s, "SELECT pgrac_ges_lock('$r', 'EX', -1)");
@@ -692,6 +708,11 @@ sub report_safety
 	is($early, 0, "$label: the waiter was not granted while node 2 holds $r");
 	my ($tk, $e) = bq($h2, "SELECT pgrac_ges_lock_token('$r') IS NOT NULL");
 	is($tk, 't', "$label: node 2 still holds $r after the LMS restart") or diag($e);
+	note("$label: pg_cluster_ges_locks rows of $r after the LMS restart: '"
+		  . (sql_value($n3,
+				"SELECT string_agg(node_id || '/' || pid || '/' || mode || '/' || state, ' ')
+				   FROM pg_cluster_ges_locks WHERE resource = '$r'") // '?')
+		  . "' (waiter: node 1 pid $w1s->{pgrac_pid})");
 	note("$label: after 4 s the waiter " . ($w->{done}
 			? sprintf("answered (%.2f s after the kill): out '%s' err '%s'", $w->{at} - $t, $w->{out}, $w->{err})
 			: 'still waits'));
@@ -763,6 +784,7 @@ sub report_safety
 	$h3 = bg($n3);
 	my $w2s = bg($n2);
 	is($h3->query_safe("SELECT pgrac_ges_lock('$r')"), 't', "$label: node 3 holds $r (master 1)");
+	my $tok3 = $h3->query_safe("SELECT pgrac_ges_lock_token('$r')");
 	my $w = start_waiter($w2s, "SELECT pgrac_ges_lock('$r', 'EX', -1)");
 	ok( poll_sql($n1,
 			"SELECT count(*) = 1 FROM pg_cluster_ges_locks WHERE resource = '$r' AND state = 'waiting' AND node_id = 2",
@@ -799,6 +821,10 @@ sub report_safety
 	ok(defined $epoch_at, "$label: while node 3 is frozen nodes 1 and 2 form an epoch of {1,2}");
 	ok($w->{done} && $w->{out} eq 't', "$label: while node 3 is frozen the waiter on node 2 is granted")
 	  or diag("waiter: done $w->{done} out '" . ($w->{out} // '') . "' err '" . ($w->{err} // '') . "'");
+	# Node 3's lease (1.5 s) ran from a ping it sent before the freeze: a
+	# grant earlier than 1.5 s after the freeze could overlap its holding.
+	cmp_ok(defined $grant_at ? $grant_at - $t : 0, '>=', 1.5,
+		"$label: the waiter was granted only after the frozen holder's lease (1.5 s) had run out");
 	my $frozen_for = time - $t;
 	thaw($pids);
 	note(sprintf('%s: node 3 was frozen %.2f s', $label, $frozen_for));
@@ -826,8 +852,9 @@ sub report_safety
 	probe_refused($n3, $r, \%st);
 	probe_refused($n1, $r, \%st);
 	check_grants($n1, $r, \%st);
-	my ($o2, $e2) = bq($w2s, "SELECT pgrac_ges_lock_token('$r') IS NOT NULL");
-	is($o2, 't', "$label: node 2 still holds $r after node 3 rejoined") or diag($e2);
+	my ($o2, $e2) = bq($w2s, "SELECT pgrac_ges_lock_token('$r')");
+	ok($o2 ne '' && $e2 eq '', "$label: node 2 still holds $r after node 3 rejoined") or diag($e2);
+	cmp_ok($o2 || 0, '>', $tok3, "$label: node 2's fencing token ($o2) is above the frozen holder's ($tok3)");
 	bq($w2s, 'SELECT pgrac_ges_unlock_all()');
 	bq($h3, 'SELECT pgrac_ges_unlock_all()');
 	report_safety($label, \%st);
@@ -888,7 +915,8 @@ sub report_safety
 		"$label: a grant (now that $r is free) or a named error")
 	  or diag("waiter: out '" . ($w->{out} // '') . "' err '" . ($w->{err} // '') . "'");
 	note("$label: waiter answered "
-		  . ($answered ? sprintf('%.2f s after the thaw (%.2f s after the unlock)', $w->{at} - $tt, $w->{at} - $tu) : 'never')
+		  . ($answered ? sprintf('%.2f s after the thaw (%s the unlock)', $w->{at} - $tt,
+				$w->{at} < $tu ? 'before' : sprintf('%.2f s after', $w->{at} - $tu)) : 'never')
 		  . ": out '" . ($w->{out} // '') . "' err '" . ($w->{err} // '') . "'");
 	cancel_waiter($w, $n3);
 	check_grants($n1, $r, \%st);
@@ -956,7 +984,8 @@ sub report_safety
 		"$label: a grant (now that $r is free) or a named error")
 	  or diag("waiter: out '" . ($w->{out} // '') . "' err '" . ($w->{err} // '') . "'");
 	note("$label: waiter answered "
-		  . ($answered ? sprintf('%.2f s after the thaw (%.2f s after node 1 unlocked)', $w->{at} - $tt, $w->{at} - $tu) : 'never')
+		  . ($answered ? sprintf('%.2f s after the thaw (%s node 1 unlocked)', $w->{at} - $tt,
+				$w->{at} < $tu ? 'before' : sprintf('%.2f s after', $w->{at} - $tu)) : 'never')
 		  . ": out '" . ($w->{out} // '') . "' err '" . ($w->{err} // '') . "'");
 	cancel_waiter($w, $n3);
 	check_grants($n2, $r, \%st);

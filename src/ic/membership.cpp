@@ -258,12 +258,17 @@ void Membership::on_gossip(uint16_t node, const Gossip& g, int64_t now_us) {
 // Once we voted for a view that leaves `node` out, an echo of ours must not
 // renew its lease while that view may still be committed: after the vote we
 // may vote for a newer view with `node` in it (a proposer that hears it), while
-// the older proposer still commits on our older vote. Echoing only from a
-// committed view closes that: a committed view newer than the one that left
-// `node` out means that one's proposer has moved on.
+// the older proposer still commits on our older vote. So every vote adds the
+// nodes it leaves out to `muted` (in shared memory: a restarted listener
+// keeps it), and only adopting a committed view clears it: by then the older
+// proposal is committed or dead (a proposer retires a proposal within
+// peer_timeout/2 and commits nothing older than its own vote). A vote that
+// leaves nobody out (a new epoch with the same members, a join) mutes no one,
+// so leases run on through such epoch changes.
 bool Membership::in_accepted_view(uint16_t node) const {
     const View acc{load_relaxed(&shm_->accepted.epoch), 0, load_relaxed(&shm_->accepted.members)};
-    return has_node(acc.members, node) && acc == committed_view(shm_);
+    return has_node(acc.members, node) && has_node(committed_view(shm_).members, node) &&
+           !has_node(load_relaxed(&shm_->muted), node);
 }
 
 NodeMask Membership::reachable(int64_t now_us) const {
@@ -289,6 +294,7 @@ bool Membership::try_accept(const View& v, uint16_t proposer, int64_t now_us) {
     if (!has_node(v.members, cfg_.self) || !has_node(v.members, proposer)) return false;
     if ((v.members & ~cfg_.configured) != 0 || node_count(v.members) < majority()) return false;
     if ((reachable(now_us) & ~v.members) != 0) return false;  // it leaves out a node we hear
+    store_release(&shm_->muted, load_relaxed(&shm_->muted) | (cfg_.configured & ~v.members));
     store_release(&shm_->accepted.members, v.members);
     store_release(&shm_->accepted.epoch, v.epoch);
     bump_at_accept_ = load_acquire(&shm_->bump_requests);
@@ -321,6 +327,7 @@ void Membership::adopt(const View& v, int64_t now_us) {
         return;
     }
     store_release(&shm_->bump_handled, bump_at_accept_);
+    store_release(&shm_->muted, NodeMask{0});  // older proposals are committed or dead
     record(MembershipEvent::Committed, v.epoch, v.members, at,
            "was " + mask_text(old.members) + " in epoch " + std::to_string(old.epoch));
     if (state() != MemberState::Member && v.epoch > load_relaxed(&shm_->fenced_epoch)) {

@@ -122,6 +122,7 @@ struct MembershipShared {
     uint32_t committed_epoch;  // published after views[epoch % kViewRing]
     uint32_t state;            // MemberState
     View accepted;             // our vote (durable: never vote twice for one epoch)
+    NodeMask muted;            // nodes a vote since our last adopted view left out: no echo
     uint32_t fenced_epoch;     // committed epoch when last fenced
     uint32_t lease_ms;
     uint64_t bump_requests;         // bumped by a restarted LMS: it needs a new epoch
@@ -171,8 +172,9 @@ class Membership {
     bool tick(int64_t now_us);
 
     Gossip gossip() const;
-    // Flag for a pong to `node`: whether our accepted view includes it and is
-    // committed (the echo then counts toward its lease).
+    // Flag for a pong to `node`: whether it is in our accepted and committed
+    // views and no vote since our last adopted view left it out (the echo then
+    // counts toward its lease).
     bool in_accepted_view(uint16_t node) const;
     NodeMask configured() const { return cfg_.configured; }
     MemberState state() const { return static_cast<MemberState>(shm_->state); }

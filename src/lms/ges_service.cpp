@@ -89,7 +89,8 @@ bool is_witness(uint16_t node) {
 
 class Worker {
   public:
-    Worker(uint32_t index, uint16_t self) : index_(index), self_(self), table_(self) {
+    Worker(uint32_t index, uint16_t self)
+        : index_(index), self_(self), table_(self), mirror_(ges_registry_mirror(index)) {
         if (GesShared* g = ges_shared()) shard_fences_seen_ = load_acquire(&g->shard_fences[index]);
         if (IcShared* shm = shared()) fences_seen_ = lease_fences(lease_word(&shm->membership));
     }
@@ -98,23 +99,58 @@ class Worker {
     //
     // The previous process of this worker took its lock table (the master
     // side of the shard) and its registry (this node's client side of it)
-    // with it. The node's backends still believe in their locks of this
-    // shard, and the masters still list them, but nothing here could replay
-    // them: so they are voided (shard_fences[w], which every holder checks at
-    // its next GES call), and a new epoch is asked for, in which every master
-    // rebuilds its table from the registries. Until that epoch the worker
-    // serves nothing: its empty table must not grant.
+    // with it. The registry comes back from its copy in shared memory (the
+    // mirror, kept by every change); then a new epoch is asked for, in which
+    // every master rebuilds its table from the registries, this one included.
+    // Until that epoch the worker serves nothing: its empty table must not
+    // grant. Only if the mirror overflowed are this node's locks in the shard
+    // voided instead (shard_fences[w], which every holder checks at its next
+    // GES call).
     void start_after_restart(int64_t now) {
         (void)now;
         IcShared* shm = shared();
         GesShared* g = ges_shared();
         min_epoch_ = committed_view(&shm->membership).epoch + 1;
-        shard_fences_seen_ = fetch_add(&g->shard_fences[index_], 1u) + 1;
+        std::string got;
+        if (mirror_.overflowed()) {
+            shard_fences_seen_ = fetch_add(&g->shard_fences[index_], 1u) + 1;
+            mirror_.clear();
+            got =
+                "its registry copy had overflowed: this node's global locks in its shard are "
+                "void";
+        } else {
+            size_t n = 0;
+            for (const ReplayEntry& e : mirror_.entries()) {
+                if (e.owner.node != self_) continue;
+                registry_.restore(e);
+                if (e.state != LockState::Waiting && e.token != 0)
+                    held_tokens_[Key{e.resource, e.owner}] = e.token;
+                n++;
+            }
+            got = "got back " + std::to_string(n) + " lock(s) and request(s) of this node";
+        }
         count(&shm->membership.bump_requests);
-        g_logs.push_back("GES (LMS " + std::to_string(index_) +
-                         "): restarted; this node's global locks in its shard are void, and it "
-                         "serves again from epoch " +
-                         std::to_string(min_epoch_) + " on");
+        g_logs.push_back("GES (LMS " + std::to_string(index_) + "): restarted; " + got +
+                         "; serves again from epoch " + std::to_string(min_epoch_) + " on");
+    }
+
+    // Keeps the shared-memory copy of the registry entry of (o, r) current.
+    void sync(Owner o, const ResourceName& r) {
+        auto e = registry_.find(o, r);
+        if (!e) {
+            mirror_.erase(o, r);
+            return;
+        }
+        auto t = held_tokens_.find(Key{r, o});
+        if (t != held_tokens_.end() && e->state != LockState::Waiting) e->token = t->second;
+        if (!mirror_.put(*e) && !mirror_full_logged_) {
+            mirror_full_logged_ = true;
+            g_warnings.push_back("GES (LMS " + std::to_string(index_) +
+                                 "): the registry copy is full (" +
+                                 std::to_string(mirror_.capacity()) +
+                                 " entries): a restart of this worker would void this node's "
+                                 "global locks in its shard");
+        }
     }
 
     // ---- owners whose backend is gone (docs/ges.md, "Cleanup")
@@ -165,8 +201,10 @@ class Worker {
     void release_one(Owner o, const ResourceName& r, int64_t now) {
         const Key k{r, o};
         registry_.on_released(o, r);
+        held_tokens_.erase(k);
         cancelling_.erase(k);
         orphans_.erase(k);
+        sync(o, r);
         GesMessage m;
         m.type = GesMsgType::Release;
         m.owner = o;
@@ -177,6 +215,7 @@ class Worker {
     // Everything of one owner, at every live master (its worker of this index).
     void release_owner(Owner o, int64_t now) {
         registry_.on_released_all(o);
+        mirror_.erase_owner(o);
         erase_owner(&cancelling_, o);
         erase_owner(&orphans_, o);
         erase_owner(&held_tokens_, o);
@@ -260,6 +299,7 @@ class Worker {
                          std::to_string(table_.lock_count()) + " mastered locks");
         registry_ = ClientRegistry();
         held_tokens_.clear();
+        mirror_.clear();
         stop_serving();
     }
 
@@ -594,7 +634,20 @@ class Worker {
         }
         switch (m.type) {
             case GesMsgType::Request:
-            case GesMsgType::Convert:
+            case GesMsgType::Convert: {
+                // The backend resends a request after a restart of this worker
+                // (the old process may have taken it unrecorded): one we have
+                // is not new; a grant of it that never reached the slot is
+                // delivered again.
+                auto have = registry_.find(m.owner, m.resource);
+                if (have && have->request_id == m.request_id) {
+                    if (have->state == LockState::Granted) {
+                        auto t = held_tokens_.find(k);
+                        ges_deliver(static_cast<int32_t>(m.owner.proc), m.request_id, kGesGranted,
+                                    t != held_tokens_.end() ? t->second : 0);
+                    }
+                    return;
+                }
                 drop_stale_entry(m, now);
                 if (!registry_.on_request(m.owner, m.resource, m.mode, m.request_id, m.flags,
                                           now)) {
@@ -603,13 +656,16 @@ class Worker {
                                                  << 8);
                     return;
                 }
+                sync(m.owner, m.resource);
                 to_master(m, now);  // outside an epoch, the next epoch's replay carries it
                 return;
+            }
             case GesMsgType::Release:
                 registry_.on_released(m.owner, m.resource);
                 held_tokens_.erase(k);
                 cancelling_.erase(k);
                 orphans_.erase(k);
+                sync(m.owner, m.resource);
                 to_master(m, now);
                 return;
             case GesMsgType::ReleaseAll:
@@ -623,6 +679,7 @@ class Worker {
                 const LockMode prior =
                     e->state == LockState::Converting ? e->granted_mode : LockMode::NL;
                 registry_.on_denied(m.owner, m.resource, e->request_id);
+                sync(m.owner, m.resource);
                 cancelling_[k] = Undo{e->request_id, prior};
                 GesMessage c = m;
                 c.request_id = e->request_id;
@@ -759,13 +816,20 @@ class Worker {
                 return;
             }
             if (e->state == LockState::Granted) return;  // a duplicate
+            const LockMode prior =
+                e->state == LockState::Converting ? e->granted_mode : LockMode::NL;
             registry_.on_granted(m.owner, m.resource, m.request_id, now);
             orphans_.erase(k);
             held_tokens_[k] = m.token;
-            ges_deliver(pid, m.request_id, kGesGranted, m.token);
+            sync(m.owner, m.resource);  // before the backend may act on it
+            // (The LMS's own requests, to undo or give back, have no waiter.)
+            if (!(m.request_id & kGesInternalId) &&
+                !ges_deliver(pid, m.request_id, kGesGranted, m.token))
+                give_back(m.owner, m.resource, prior, now);
         } else if (m.type == GesMsgType::Deny) {
             if (cancelled) return;
             registry_.on_denied(m.owner, m.resource, m.request_id);
+            sync(m.owner, m.resource);
             auto o = orphans_.find(k);
             if (o != orphans_.end()) {
                 orphans_.erase(o);
@@ -802,6 +866,29 @@ class Worker {
     static void erase_owner(Map* m, Owner o) {
         for (auto it = m->begin(); it != m->end();)
             it = it->first.owner == o ? m->erase(it) : std::next(it);
+    }
+
+    // The backend stopped waiting before the grant reached it (its slot was
+    // no longer waiting: timeout, cancel, exit): it believes it holds `prior`
+    // (NL: nothing). Bring the registry and the master back to that.
+    void give_back(Owner o, const ResourceName& r, LockMode prior, int64_t now) {
+        if (GesShared* g = ges_shared()) count(&g->late_grants_undone);
+        const Key k{r, o};
+        GesMessage m;
+        m.owner = o;
+        m.resource = r;
+        if (prior == LockMode::NL) {
+            registry_.on_released(o, r);
+            held_tokens_.erase(k);
+            m.type = GesMsgType::Release;
+        } else {
+            m.type = GesMsgType::Request;  // a down-conversion: granted at once
+            m.mode = prior;
+            m.request_id = kGesInternalId | next_internal_id_++;
+            registry_.on_request(o, r, prior, m.request_id, 0, now);
+        }
+        sync(o, r);
+        to_master(m, now);
     }
 
     // The master holds a lock the owner does not believe in: bring the
@@ -867,6 +954,8 @@ class Worker {
     uint16_t self_;
     LockTable table_;
     ClientRegistry registry_;
+    RegistryMirror mirror_;  // registry_'s copy in shared memory (LMS restart)
+    bool mirror_full_logged_ = false;
     std::vector<uint16_t> live_{self_};
     std::vector<uint16_t> masters_{self_};  // live_ without witnesses: who masters resources
     // Membership as this worker follows it.

@@ -84,6 +84,11 @@ struct Pending {
     ResourceName resource;
     bool was_held;
     LockMode prior;
+    // To send the request again if its LMS worker restarts meanwhile.
+    LockMode mode;
+    uint8_t flags;
+    uint32_t timeout_ms;
+    uint32_t lms_starts;
 };
 Pending g_pending;
 
@@ -312,6 +317,21 @@ void resource_text(const ResourceName& r, char* out, size_t cap) {
         snprintf(out, cap, "#%lld", static_cast<long long>(r.int_value()));
 }
 
+// The LMS worker of the pending request restarted: the old process may have
+// taken the request without recording it. Send it again (same id: a worker
+// that has it ignores the copy, or delivers its grant again).
+void resend_if_lms_restarted() {
+    pgrac::glue::GesShared* g = pgrac::glue::ges_shared();
+    if (!g_pending.active || g == nullptr) return;
+    const uint32_t w = shard_of(g_pending.resource);
+    const uint32_t starts = load_acquire(&g->lms_starts[w]);
+    if (starts == g_pending.lms_starts) return;
+    g_pending.lms_starts = starts;
+    (void)send_client(GesMsgType::Request, &g_pending.resource, route_key_for(g_pending.resource),
+                      g_pending.mode, g_pending.request_id, g_pending.flags, g_pending.timeout_ms,
+                      DenyReason::Cancelled, 1000);
+}
+
 // Waits on the latch until the armed slot leaves Waiting (*word: its value)
 // or limit_ms (-1: no limit) passes (*timed_out; the request is withdrawn, and
 // for NOWAIT, where only a lost answer can take that long, an error raised).
@@ -343,6 +363,7 @@ void wait_answer(GesWaitSlot* slot, int timeout_ms, int64_t limit_ms, uint64_t* 
         (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, wait_ms,
                         PG_WAIT_EXTENSION);
         CHECK_FOR_INTERRUPTS();
+        resend_if_lms_restarted();
     }
 }
 
@@ -372,7 +393,18 @@ bool ges_lock(const ResourceName& r, LockMode mode, int timeout_ms) {
     bool timed_out = false;
     uint32_t fences0, shard0;
     current_fences(r, &fences0, &shard0);
-    g_pending = Pending{true, id, r, h != nullptr, h ? h->mode : LockMode::NL};
+    const uint8_t flags = timeout_ms == 0 ? kNoWait : 0;
+    const uint32_t wire_timeout = timeout_ms > 0 ? static_cast<uint32_t>(timeout_ms) : 0;
+    pgrac::glue::GesShared* gs = pgrac::glue::ges_shared();
+    g_pending = Pending{true,
+                        id,
+                        r,
+                        h != nullptr,
+                        h ? h->mode : LockMode::NL,
+                        mode,
+                        flags,
+                        wire_timeout,
+                        gs ? load_acquire(&gs->lms_starts[shard_of(r)]) : 0};
     store_release(&slot->request_id, id);
     store_release(&slot->word, pgrac::glue::ges_slot_word(id, pgrac::glue::kGesWaiting));
     g_used = true;
@@ -381,9 +413,8 @@ bool ges_lock(const ResourceName& r, LockMode mode, int timeout_ms) {
     // gives back a grant that won the race.
     PG_TRY();
     {
-        const int rc = send_client(
-            GesMsgType::Request, &r, route_key_for(r), mode, id, timeout_ms == 0 ? kNoWait : 0,
-            timeout_ms > 0 ? static_cast<uint32_t>(timeout_ms) : 0, DenyReason::Cancelled, -1);
+        const int rc = send_client(GesMsgType::Request, &r, route_key_for(r), mode, id, flags,
+                                   wire_timeout, DenyReason::Cancelled, -1);
         if (rc != PGRAC_IC_OK) {
             // Not queued: nothing to withdraw.
             g_pending.active = false;

@@ -744,6 +744,21 @@ TEST(MembershipSim, NodeRestartedAfterAnOutageRejoinsInANewEpoch) {
     expect_restart_rejoins(3 * kSec);
 }
 
+// A new epoch with the same members mutes no echo: while it waits for a
+// member that cannot vote (frozen past the lease), the others keep their
+// leases. (Muting every echo until the commit fenced the whole cluster.)
+TEST(MembershipSim, SameMemberEpochWaitingForAFrozenVoterFencesNobodyElse) {
+    auto c = formed(3);
+    c->freeze(3);
+    c->shm(1)->bump_requests++;
+    c->run_for(900 * kMs);  // past the lease (750 ms), short of peer_timeout
+    c->thaw(3);
+    ASSERT_TRUE(c->run_until([&] { return c->converged(); }, 3 * kSec)) << c->trace();
+    EXPECT_FALSE(c->has_history(1, "fenced")) << c->trace();
+    EXPECT_FALSE(c->has_history(2, "fenced")) << c->trace();
+    EXPECT_EQ(c->monitor().violations(), 0);
+}
+
 // An LMS restart asks for a new epoch (bump_requests); the members stay.
 TEST(MembershipSim, BumpRequestCommitsANewEpochWithTheSameMembers) {
     auto c = formed(3);

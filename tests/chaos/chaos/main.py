@@ -1,0 +1,147 @@
+"""Runs one chaos run: network, cluster, clients, faults, then the check and summary.
+
+Called by tests/chaos/run.sh (which makes the work directory and cleans up behind us
+whatever happens); see tests/chaos/README.md."""
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import sys
+import time
+
+from . import check, clients, faults, history, library, netns, procs, report
+from .cluster import Cluster
+from .util import PG_BIN, log, set_t0
+
+
+def parse(argv):
+    a = argparse.ArgumentParser(prog="run.sh")
+    a.add_argument("--seed", type=int, default=None)
+    a.add_argument("--duration", type=float, default=480.0, help="seconds of load (default 480)")
+    a.add_argument("--nodes", type=int, default=3)
+    a.add_argument("--clients", type=int, default=4, help="client connections per node")
+    a.add_argument("--progress-bound", type=float, default=20.0,
+                   help="seconds after a heal within which every node must get a grant")
+    a.add_argument("--hung-bound", type=float, default=10.0,
+                   help="seconds a lock or unlock call may take (frozen/down time excluded)")
+    a.add_argument("--keep", action="store_true", help="keep the results directory on success")
+    a.add_argument("--workdir", required=True, help="(set by run.sh) empty directory for the cluster")
+    a.add_argument("--tag", required=True, help="(set by run.sh) prefix of the run's namespace names")
+    a.add_argument("--results", default=None, help="where records and logs are kept")
+    a.add_argument("--pgbin", default=PG_BIN,
+                   help="PostgreSQL bin directory; its tree's pgrac_ic is the one tested")
+    args = a.parse_args(argv)
+    if args.seed is None:
+        args.seed = random.SystemRandom().randrange(1, 10 ** 6)
+    if args.nodes < 2:
+        a.error("--nodes must be at least 2")
+    return args
+
+
+def _on_signal(signum, _frame):
+    raise SystemExit(128 + signum)
+
+
+def write_results(d, meta, ops, unfinished, fault_log, hist):
+    def jl(name, rows):
+        with open(os.path.join(d, name), "w") as f:
+            for r in rows:
+                f.write(json.dumps(r, default=str) + "\n")
+    with open(os.path.join(d, "run.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+    jl("ops.jsonl", ops)
+    jl("unfinished.jsonl", unfinished)
+    jl("faults.jsonl", fault_log)
+    jl("history.jsonl", hist)
+
+
+def run(args):
+    t0 = time.time()
+    set_t0(t0)
+    tail = args.progress_bound + 5.0
+    log("seed %d, %d nodes, %d clients per node, %.0f s of load; work dir %s, results %s"
+        % (args.seed, args.nodes, args.clients, args.duration, args.workdir, args.results))
+    rng = random.Random(args.seed)
+    so = library.path(args.pgbin)
+    so_start = library.fingerprint(so)
+    log("pgrac_ic: %s sha256 %s" % (so, so_start))
+    cluster = Cluster(args.workdir, args.tag, args.nodes, args.pgbin)
+    workload = None
+    ok = False
+    try:
+        netns.setup(args.tag, args.nodes)
+        log("namespaces %s* up (nodes at %s.1..%d)" % (args.tag, netns.SUBNET, args.nodes))
+        cluster.create()
+        cluster.start()
+        log("cluster up: every node sees %d nodes UP" % args.nodes)
+
+        workload = clients.Workload(cluster, args.clients, args.seed)
+        load_start = time.time()
+        workload.start()
+        if faults.wait_progress(workload, args.nodes, load_start, 30.0) is None:
+            log("WARNING: not every node got a grant in the first 30 s")
+        time.sleep(3.0)
+        fault_log = faults.run_faults(cluster, workload, rng,
+                                      until=load_start + max(10.0, args.duration - tail),
+                                      progress_bound=args.progress_bound)
+        last_heal = fault_log[-1]["end"] if fault_log else time.time()
+        stop_at = max(load_start + args.duration, last_heal + tail)
+        time.sleep(max(0.0, stop_at - time.time()))
+        run_end = time.time()
+        ops, unfinished = workload.finish(grace=args.hung_bound + 5.0)
+        log("load stopped: %d operations, %d unfinished" % (len(ops), len(unfinished)))
+
+        available, hist, herr = history.collect(cluster)
+        for e in herr:
+            log("membership history not read: " + e)
+        fenced = history.fenced_times(hist)
+        meta = {"seed": args.seed, "nodes": args.nodes, "clients_per_node": args.clients,
+                "t0": t0, "load_start": load_start, "run_end": run_end,
+                "hung_bound_s": args.hung_bound, "progress_bound_s": args.progress_bound,
+                "history_view": available, "lock_timeout_ms": clients.LOCK_TIMEOUT_MS,
+                "statement_timeout_ms": clients.STATEMENT_TIMEOUT_MS,
+                "library": so, "library_start": so_start,
+                "library_end": library.fingerprint(so)}
+        write_results(args.results, meta, ops, unfinished, fault_log, hist)
+        res = check.check(ops, unfinished, fault_log, fenced, args.nodes, args.hung_bound,
+                          args.progress_bound, run_end)
+        ok = report.summary(meta, ops, unfinished, fault_log, fenced, res, out=sys.stdout,
+                            violations_file=os.path.join(args.results, "violations.txt"))
+    finally:
+        if workload is not None:
+            workload.stop.set()
+        try:
+            cluster.destroy(keep_logs_in=args.results)
+        finally:
+            netns.teardown(args.tag, args.nodes)
+            log("namespaces removed")
+        if ok and not args.keep:
+            shutil.rmtree(args.results, ignore_errors=True)
+        else:
+            log("records, fault log and server logs kept in %s "
+                "(re-check: python3 -m chaos.check %s)" % (args.results, args.results))
+    return 0 if ok else 1
+
+
+def main(argv):
+    args = parse(argv)
+    if args.results is None:
+        args.results = "/tmp/pgchaos-results-%d-%d" % (args.seed, int(time.time()))
+    os.makedirs(args.results, exist_ok=True)
+    procs.become_subreaper()
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(s, _on_signal)
+    try:
+        return run(args)
+    except SystemExit:
+        raise
+    except Exception as e:  # noqa: BLE001 - a harness failure is not a verdict
+        log("HARNESS ERROR: %s" % e)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,148 @@
+"""Prints the summary of a run and decides pass or fail."""
+
+import collections
+
+from .util import rel
+
+PER_INCIDENT = 5  # conflicting pairs printed per incident (all of them in violations.txt)
+
+
+def _hold_text(h):
+    op = h["op"]
+    cut = "" if h["why"] == "released" else " (cut at %s: %s)" % (rel(h["end"]), h["why"])
+    return "node %d pid %s %s granted %s released %s%s" % (
+        op["node"], op["pid"], op["mode"], rel(op["granted_at"]), rel(op["released_at"]), cut)
+
+
+def _fault_text(f):
+    peer = "->%d" % f["peer"] if f.get("peer") else ""
+    return "%s node %d%s %s-%s" % (f["kind"], f["node"], peer, rel(f["start"]), rel(f["end"]))
+
+
+def violation_text(k, v):
+    near = v["near"]
+    return ("V%d resource %s: overlap %.1f ms from %s; near %s\n     %s\n     %s" % (
+        k, v["resource"], (v["to"] - v["from"]) * 1000, rel(v["from"]),
+        ", ".join(_fault_text(f) for f in near[:3]) if near else "no fault (none within 10 s)",
+        _hold_text(v["a"]), _hold_text(v["b"])))
+
+
+def incidents(vs, gap=1.0):
+    """Violations grouped in time: a new incident starts when an overlap begins more
+    than `gap` s after every overlap of the current one ended."""
+    out = []
+    for v in sorted(vs, key=lambda v: v["from"]):
+        if not out or v["from"] > out[-1]["to"] + gap:
+            out.append({"from": v["from"], "to": v["to"], "vs": []})
+        out[-1]["to"] = max(out[-1]["to"], v["to"])
+        out[-1]["vs"].append(v)
+    return out
+
+
+def _incident_text(k, inc):
+    vs = inc["vs"]
+    res = sorted({v["resource"] for v in vs})
+    nodes = sorted({v[x]["op"]["node"] for v in vs for x in "ab"})
+    near = vs[0]["near"]
+    return ("incident %d: %s-%s, %d conflicting pairs on %s, holders on nodes %s; latest fault: %s"
+            % (k, rel(inc["from"]), rel(inc["to"]), len(vs), ", ".join(res),
+               ",".join(map(str, nodes)), _fault_text(near[0]) if near else "none within 10 s"))
+
+
+def summary(meta, ops, unfinished, faults, fenced, res, out, violations_file=None):
+    p = lambda *a: print(*a, file=out)  # noqa: E731
+    vs = sorted(res["violations"], key=lambda v: v["from"])
+    hung, prog = res["hung"], res["progress"]
+    outcomes = collections.Counter(op["outcome"] for op in ops)
+    grants = collections.Counter(op["node"] for op in ops if op.get("granted_at"))
+
+    p("")
+    p("=== pgrac_ic GES chaos summary: seed %s, %d nodes, %d clients per node, %.0f s of load ==="
+      % (meta["seed"], meta["nodes"], meta["clients_per_node"], meta["run_end"] - meta["load_start"]))
+    if meta.get("library"):
+        p("pgrac_ic: %s sha256 %s" % (meta["library"], meta["library_start"]))
+        if meta["library_end"] != meta["library_start"]:
+            p("WARNING: the library CHANGED during the run (now %s): instances restarted after "
+              "a kill ran other code than the rest" % meta["library_end"])
+    p("operations: %d  (grants %d)" % (len(ops), sum(grants.values())))
+    for name, c in outcomes.most_common():
+        p("  %-58s %7d" % (name, c))
+    late = [op for op in ops if op["outcome"] == "statement_timeout" and not op.get("granted_at")]
+    if late:
+        p("lock calls that outlived their timeout_ms (%d ms) and were ended by statement_timeout"
+          " (%d ms): %d" % (meta["lock_timeout_ms"], meta["statement_timeout_ms"], len(late)))
+    p("grants per node: " + ", ".join("%d: %d" % (i, grants.get(i, 0))
+                                      for i in range(1, meta["nodes"] + 1)))
+
+    by_kind = collections.Counter(f["kind"] for f in faults)
+    failed = [f for f in faults if f.get("error")]
+    p("faults: %d  (%s)" % (len(faults), ", ".join("%s %d" % kv for kv in sorted(by_kind.items()))))
+    for f in failed:
+        p("  could not inject: %s: %s" % (_fault_text(f), f["error"]))
+    if not meta.get("history_view"):
+        p("membership history: view pg_cluster_membership_history not there; no node fenced")
+    else:
+        p("membership history: fenced " + (", ".join(
+            "node %d at %s" % (i, ", ".join(rel(t) for t in ts)) for i, ts in sorted(fenced.items()))
+            or "never"))
+
+    incs = incidents(vs)
+    p("violations: %d  (%d incidents)" % (len(vs), len(incs)))
+    if incs:
+        kinds = collections.Counter(i["vs"][0]["near"][0]["kind"] if i["vs"][0]["near"]
+                                    else "none" for i in incs)
+        p("  incidents by the latest fault before them: " +
+          ", ".join("%s %d" % kv for kv in kinds.most_common()))
+    texts = [violation_text(k + 1, v) for k, v in enumerate(vs)]
+    k = 0
+    for n, inc in enumerate(incs, 1):
+        p("  " + _incident_text(n, inc))
+        for j, _ in enumerate(inc["vs"]):
+            if j < PER_INCIDENT:
+                p("    " + texts[k].replace("\n", "\n  "))
+            k += 1
+        if len(inc["vs"]) > PER_INCIDENT:
+            p("    ... %d more pairs in this incident" % (len(inc["vs"]) - PER_INCIDENT))
+    if violations_file and texts:
+        with open(violations_file, "w") as f:
+            f.write("\n".join(texts) + "\n")
+        p("  every pair with both intervals: %s" % violations_file)
+
+    p("hung calls (over %.0f s, frozen/down time excluded, or never returned): %d"
+      % (meta["hung_bound_s"], len(hung)))
+    for h in hung[:20]:
+        op = h["op"]
+        p("  node %d pid %s %s %s requested %s: %s" % (
+            op["node"], op["pid"], h["call"], op["resource"], rel(op["requested_at"]),
+            "never returned" if h["took"] is None else "took %.1f s" % h["took"]))
+
+    regained = [x for x in prog if x["regained_s"] is not None]
+    lost = [x for x in prog if not x["ok"] and (x["observable"] or x is prog[-1])]
+    if regained:
+        worst = max(regained, key=lambda x: x["regained_s"])
+        p("progress: longest time to regain progress after a heal: %.2f s (after %s)"
+          % (worst["regained_s"], _fault_text(worst["fault"])))
+    if prog:
+        last = prog[-1]
+        p("progress after the last heal: %s" % (
+            "%.2f s" % last["regained_s"] if last["ok"]
+            else "NONE within %.0f s" % meta["progress_bound_s"]))
+    for x in lost:
+        p("  no grant on every node within %.0f s after %s: %s" % (
+            meta["progress_bound_s"], _fault_text(x["fault"]), ", ".join(
+                "node %d %s" % (i, "never" if t is None else "only after %.1f s" % t)
+                for i, t in sorted(x["late_nodes"].items()))))
+
+    ok_progress = bool(prog) and not lost
+    ok = not vs and not hung and ok_progress
+    reasons = []
+    if vs:
+        reasons.append("%d violations" % len(vs))
+    if hung:
+        reasons.append("%d hung calls" % len(hung))
+    if not ok_progress:
+        reasons.append("no progress within %.0f s after %d of %d heals"
+                       % (meta["progress_bound_s"], len(lost), len(prog))
+                       if prog else "no fault was injected")
+    p("RESULT: %s" % ("PASS" if ok else "FAIL (" + "; ".join(reasons) + ")"))
+    return ok

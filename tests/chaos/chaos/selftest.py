@@ -1,0 +1,78 @@
+"""The checker on made-up records whose answer is known (no root, no cluster):
+
+    cd tests/chaos && PYTHONPATH=. /usr/bin/python3 -m chaos.selftest"""
+
+import sys
+
+from . import check
+
+
+def op(node, mode, s, e, res="r", **kw):
+    d = {"node": node, "pid": 100 + node, "resource": res, "mode": mode, "requested_at": s - 0.01,
+         "lock_returned_at": s, "granted_at": s, "released_at": e, "unlock_returned_at": e + 0.001,
+         "outcome": "granted"}
+    d.update(kw)
+    return d
+
+
+def fault(kind, node, start, end, **kw):
+    d = {"kind": kind, "node": node, "peer": None, "detail": "", "start": start, "end": end,
+         "killed_at": None, "frozen": False, "error": None}
+    d.update(kw)
+    return d
+
+
+def run_check(ops, faults=(), fenced=None, unfinished=()):
+    return check.check(list(ops), list(unfinished), list(faults), fenced or {}, 2, 10.0, 5.0,
+                       run_end=100.0)
+
+
+def cases():
+    yield "EX/EX overlap", 1, [op(1, "EX", 1.0, 2.0), op(2, "EX", 1.5, 2.5)], (), None
+    yield "EX/PR overlap", 1, [op(1, "PR", 1.0, 2.0), op(2, "EX", 1.9, 2.5)], (), None
+    yield "PR/PR is compatible", 0, [op(1, "PR", 1.0, 2.0), op(2, "PR", 1.5, 2.5)], (), None
+    yield "touching is no overlap", 0, [op(1, "EX", 1.0, 2.0), op(2, "EX", 2.0, 3.0)], (), None
+    yield "other resource", 0, [op(1, "EX", 1.0, 2.0), op(2, "EX", 1.5, 2.5, res="s")], (), None
+    yield "three holders, three pairs", 3, [op(1, "EX", 1.0, 3.0), op(2, "EX", 1.5, 2.5),
+                                            op(1, "PR", 2.0, 2.2)], (), None
+    yield "holder cut by kill of its instance", 0, [op(1, "EX", 1.0, 5.0), op(2, "EX", 3.0, 4.0)], \
+        [fault("kill", 1, 2.0, 2.9, killed_at=2.0)], None
+    yield "kill of the other instance does not cut", 1, [op(1, "EX", 1.0, 5.0),
+                                                         op(2, "EX", 3.0, 4.0)], \
+        [fault("kill", 2, 2.0, 2.9, killed_at=2.0)], None
+    yield "holder cut by its lease", 0, [op(1, "EX", 1.0, 5.0), op(2, "EX", 3.0, 4.0)], (), {1: [2.5]}
+    yield "lease ran out after the overlap", 1, [op(1, "EX", 1.0, 5.0), op(2, "EX", 3.0, 4.0)], (), \
+        {1: [3.5]}
+    yield "not granted is no hold", 0, [op(1, "EX", 1.0, 2.0),
+                                        op(2, "EX", 1.5, 2.5, granted_at=None, released_at=None,
+                                           outcome="timeout")], (), None
+
+
+def main():
+    failed = 0
+    for name, want, ops, faults, fenced in cases():
+        got = len(run_check(ops, faults, fenced)["violations"])
+        ok = got == want
+        failed += not ok
+        print("%s  %s: %d violations (want %d)" % ("ok  " if ok else "FAIL", name, got, want))
+    # Hung: a call over the bound, and the same call when its instance was frozen.
+    slow = op(1, "EX", 1.0, 1.1, requested_at=-12.0)
+    h1 = len(run_check([slow])["hung"])
+    h2 = len(run_check([slow], [fault("freeze_long", 1, -11.0, -5.0, frozen=True)])["hung"])
+    h3 = len(run_check([], unfinished=[op(1, "EX", 1.0, 1.1, outcome="unfinished")])["hung"])
+    for name, got, want in (("slow call is hung", h1, 1), ("frozen time excluded", h2, 0),
+                            ("unfinished is hung", h3, 1)):
+        failed += got != want
+        print("%s  %s: %d (want %d)" % ("ok  " if got == want else "FAIL", name, got, want))
+    # Progress: node 2 has no grant within the bound after the heal.
+    p = run_check([op(1, "EX", 11.0, 11.1), op(2, "EX", 30.0, 30.1)],
+                  [fault("partition", 1, 4.0, 10.0)])["progress"][0]
+    good = not p["ok"] and p["late_nodes"] == {2: 20.0}
+    failed += not good
+    print("%s  late progress is seen: %s" % ("ok  " if good else "FAIL", p["late_nodes"]))
+    print("%d passed, %d failed" % (len(list(cases())) + 4 - failed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
