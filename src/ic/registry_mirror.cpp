@@ -31,7 +31,9 @@ bool same_key(const MirrorSlot& s, Owner o, const ResourceName& r) {
 }
 
 void write(MirrorSlot* s, uint8_t state, const ReplayEntry* e) {
-    store_release(&s->seq, s->seq + 1);  // odd: being written
+    const uint32_t odd = s->seq | 1u;         // a dead writer may have left it odd
+    store_release(&s->seq, odd);              // odd: being written
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);  // the fields below stay after it
     s->state = state;
     if (e != nullptr) {
         s->lock_state = static_cast<uint8_t>(e->state);
@@ -47,7 +49,7 @@ void write(MirrorSlot* s, uint8_t state, const ReplayEntry* e) {
         s->token = e->token;
         std::memcpy(s->data, e->resource.data, sizeof s->data);
     }
-    store_release(&s->seq, s->seq + 1);  // even: stable
+    store_release(&s->seq, odd + 1);  // even: stable
 }
 
 }  // namespace
@@ -77,7 +79,8 @@ MirrorSlot* RegistryMirror::find(Owner o, const ResourceName& r, bool for_insert
          i++, at = (at + 1) & mask) {
         MirrorSlot* s = &slots_[at];
         if (s->state == kEmpty) return for_insert ? (first_free ? first_free : s) : nullptr;
-        if (s->state == kTomb) {
+        // Odd: torn by a dead writer, its key maybe half written: never a match.
+        if (s->state == kTomb || (s->seq & 1) != 0) {
             if (first_free == nullptr) first_free = s;
             continue;
         }
@@ -132,6 +135,7 @@ void RegistryMirror::erase_owner(Owner o) {
 
 void RegistryMirror::clear() {
     if (h_ == nullptr) return;
+    store_release(&h_->overflowed, 1u);  // incomplete until every slot is empty
     for (uint32_t i = 0; i < h_->capacity; i++)
         if (slots_[i].state != kEmpty) write(&slots_[i], kEmpty, nullptr);
     h_->live = 0;
@@ -139,11 +143,13 @@ void RegistryMirror::clear() {
     store_release(&h_->overflowed, 0u);
 }
 
-// Re-inserts the live entries without tombstones. A restarted reader may see
-// the table mid-rebuild only if the writer died in it; each entry is then in
-// the old or the new place, stable, or being written (skipped).
+// Re-inserts the live entries without tombstones. The slots are emptied
+// first, so while it runs the copy is incomplete: it is marked overflowed, and
+// a reader after a writer that died in it does not trust it.
 void RegistryMirror::rebuild() {
     std::vector<ReplayEntry> keep = entries();
+    const uint32_t overflowed = h_->overflowed;
+    store_release(&h_->overflowed, 1u);
     for (uint32_t i = 0; i < h_->capacity; i++)
         if (slots_[i].state != kEmpty) write(&slots_[i], kEmpty, nullptr);
     h_->live = 0;
@@ -153,6 +159,7 @@ void RegistryMirror::rebuild() {
         write(s, kLive, &e);
         h_->live++;
     }
+    store_release(&h_->overflowed, overflowed);
 }
 
 std::vector<ReplayEntry> RegistryMirror::entries() const {

@@ -40,7 +40,7 @@ struct MirrorSlot {
 
 struct MirrorHeader {
     uint32_t capacity;    // a power of two
-    uint32_t overflowed;  // a put found no room since the last clear: the copy is incomplete
+    uint32_t overflowed;  // incomplete: a put found no room, or a clear/rebuild is running
     uint32_t live;
     uint32_t tombstones;
 };

@@ -120,11 +120,14 @@ class Worker {
                 "void";
         } else {
             size_t n = 0;
-            for (const ReplayEntry& e : mirror_.entries()) {
+            const std::vector<ReplayEntry> kept = mirror_.entries();
+            mirror_.clear();  // written again below, with counts this process can trust
+            for (const ReplayEntry& e : kept) {
                 if (e.owner.node != self_) continue;
                 registry_.restore(e);
                 if (e.state != LockState::Waiting && e.token != 0)
                     held_tokens_[Key{e.resource, e.owner}] = e.token;
+                sync(e.owner, e.resource);
                 n++;
             }
             got = "got back " + std::to_string(n) + " lock(s) and request(s) of this node";

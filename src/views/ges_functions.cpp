@@ -413,15 +413,22 @@ bool ges_lock(const ResourceName& r, LockMode mode, int timeout_ms) {
     // gives back a grant that won the race.
     PG_TRY();
     {
+        // Room in the send queue is waited for within the caller's limit.
         const int rc = send_client(GesMsgType::Request, &r, route_key_for(r), mode, id, flags,
-                                   wire_timeout, DenyReason::Cancelled, -1);
+                                   wire_timeout, DenyReason::Cancelled,
+                                   limit_ms >= 0 ? static_cast<int>(limit_ms) : -1);
         if (rc != PGRAC_IC_OK) {
             // Not queued: nothing to withdraw.
             g_pending.active = false;
             store_release(&slot->word, uint64_t{0});
-            pgrac::glue::raise_status(rc, pgrac_node_id, "global lock request", nullptr, 0);
+            if (rc == PGRAC_IC_QUEUE_FULL && timeout_ms > 0) {
+                timed_out = true;  // not granted within timeout_ms, like pg_try_advisory_lock
+            } else {
+                pgrac::glue::raise_status(rc, pgrac_node_id, "global lock request", nullptr, 0);
+            }
+        } else {
+            wait_answer(slot, timeout_ms, limit_ms, &word, &timed_out);
         }
-        wait_answer(slot, timeout_ms, limit_ms, &word, &timed_out);
     }
     PG_CATCH();
     {
