@@ -2,13 +2,15 @@
 # GES safety under faults: a 3-instance pgrac_ic cluster in network namespaces, lock
 # clients on every node, faults (worker kills, TCP resets, freezes, kill -9, partitions,
 # packet loss), then a check that no global lock was ever held in conflicting modes by
-# two holders at once. See tests/chaos/README.md.
+# two holders at once, and that no interconnect RPC probe ran twice or out of order and no
+# one-way note was delivered twice. See tests/chaos/README.md.
 #
 #   tests/chaos/run.sh [--seed N] [--duration SECONDS] [--nodes 3] [--keep] [--pgbin DIR] [...]
 #
 # As root, against the installed extension (or the one of the PostgreSQL tree of --pgbin,
 # see private_pg.sh). Exit 0 = safe and live, 1 = violations,
-# hung calls or no progress, 2 = the harness failed, 77 = cannot run here.
+# hung calls, no progress or duplicate/reordered delivery, 2 = the harness failed,
+# 77 = cannot run here.
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)

@@ -9,6 +9,9 @@ times, and finds
   instance was frozen or down does not count), or never returned;
 * progress: after each heal, how long until every node had a grant again.
 
+The delivery probes' records (exactly-once RPCs, at-most-once notes) are checked by
+delivery.py.
+
 Also runnable on a kept results directory: python3 -m chaos.check DIR"""
 
 import bisect
@@ -159,8 +162,20 @@ def load_dir(d):
     return meta, jl("ops.jsonl"), jl("unfinished.jsonl"), jl("faults.jsonl"), jl("history.jsonl")
 
 
+def load_probes(d):
+    """(calls, notes, samples) of a kept results directory, or None if it has none."""
+    if not os.path.exists(os.path.join(d, "notes.jsonl")):
+        return None
+    out = []
+    for name in ("probes.jsonl", "notes.jsonl", "samples.jsonl"):
+        p = os.path.join(d, name)
+        with open(p) as f:
+            out.append([json.loads(line) for line in f if line.strip()])
+    return tuple(out)
+
+
 def main(argv):
-    from . import history, report
+    from . import delivery, history, report
     from .util import set_t0
     d = argv[1]
     meta, ops, unfinished, faults, hist = load_dir(d)
@@ -168,7 +183,9 @@ def main(argv):
     fenced = history.fenced_times(hist)
     res = check(ops, unfinished, faults, fenced, meta["nodes"], meta["hung_bound_s"],
                 meta["progress_bound_s"], meta["run_end"])
-    ok = report.summary(meta, ops, unfinished, faults, fenced, res, out=sys.stdout)
+    probes = load_probes(d)
+    dl = delivery.check(*probes, meta["nodes"]) if probes is not None else None
+    ok = report.summary(meta, ops, unfinished, faults, fenced, res, out=sys.stdout, delivery=dl)
     return 0 if ok else 1
 
 

@@ -12,7 +12,7 @@ import signal
 import sys
 import time
 
-from . import check, clients, faults, history, library, netns, procs, report
+from . import check, clients, delivery, faults, history, library, netns, probes, procs, report
 from .cluster import Cluster
 from .util import PG_BIN, log, set_t0
 
@@ -45,7 +45,7 @@ def _on_signal(signum, _frame):
     raise SystemExit(128 + signum)
 
 
-def write_results(d, meta, ops, unfinished, fault_log, hist):
+def write_results(d, meta, ops, unfinished, fault_log, hist, probe_records=None):
     def jl(name, rows):
         with open(os.path.join(d, name), "w") as f:
             for r in rows:
@@ -56,6 +56,11 @@ def write_results(d, meta, ops, unfinished, fault_log, hist):
     jl("unfinished.jsonl", unfinished)
     jl("faults.jsonl", fault_log)
     jl("history.jsonl", hist)
+    if probe_records is not None:
+        calls, notes, samples = probe_records
+        jl("probes.jsonl", calls)
+        jl("notes.jsonl", notes)
+        jl("samples.jsonl", samples)
 
 
 def run(args):
@@ -70,6 +75,7 @@ def run(args):
     log("pgrac_ic: %s sha256 %s" % (so, so_start))
     cluster = Cluster(args.workdir, args.tag, args.nodes, args.pgbin)
     workload = None
+    prober = None
     ok = False
     try:
         netns.setup(args.tag, args.nodes)
@@ -79,8 +85,15 @@ def run(args):
         log("cluster up: every node sees %d nodes UP" % args.nodes)
 
         workload = clients.Workload(cluster, args.clients, args.seed)
+        why_not = probes.available(cluster)
+        if why_not:
+            log("delivery probes not run: " + why_not)
+        else:
+            prober = probes.Probes(cluster)
         load_start = time.time()
         workload.start()
+        if prober is not None:
+            prober.start()
         if faults.wait_progress(workload, args.nodes, load_start, 30.0) is None:
             log("WARNING: not every node got a grant in the first 30 s")
         time.sleep(3.0)
@@ -91,8 +104,15 @@ def run(args):
         stop_at = max(load_start + args.duration, last_heal + tail)
         time.sleep(max(0.0, stop_at - time.time()))
         run_end = time.time()
+        if prober is not None:
+            prober.stop.set()
         ops, unfinished = workload.finish(grace=args.hung_bound + 5.0)
         log("load stopped: %d operations, %d unfinished" % (len(ops), len(unfinished)))
+        probe_records = prober.finish(grace=5.0) if prober is not None else None
+        if probe_records is not None:
+            log("probes stopped: %d rpc probe calls, %d broadcasts, %d counter samples"
+                % (len(probe_records[0]), sum(r["sent"] for r in probe_records[1]),
+                   len(probe_records[2])))
 
         available, hist, herr = history.collect(cluster)
         for e in herr:
@@ -104,15 +124,21 @@ def run(args):
                 "history_view": available, "lock_timeout_ms": clients.LOCK_TIMEOUT_MS,
                 "statement_timeout_ms": clients.STATEMENT_TIMEOUT_MS,
                 "library": so, "library_start": so_start,
-                "library_end": library.fingerprint(so)}
-        write_results(args.results, meta, ops, unfinished, fault_log, hist)
+                "library_end": library.fingerprint(so),
+                "probes": why_not, "probe_pause_s": probes.PAUSE_S}
+        write_results(args.results, meta, ops, unfinished, fault_log, hist, probe_records)
         res = check.check(ops, unfinished, fault_log, fenced, args.nodes, args.hung_bound,
                           args.progress_bound, run_end)
+        dl = (delivery.check(*probe_records, args.nodes)
+              if probe_records is not None else None)
         ok = report.summary(meta, ops, unfinished, fault_log, fenced, res, out=sys.stdout,
-                            violations_file=os.path.join(args.results, "violations.txt"))
+                            violations_file=os.path.join(args.results, "violations.txt"),
+                            delivery=dl)
     finally:
         if workload is not None:
             workload.stop.set()
+        if prober is not None:
+            prober.stop.set()
         try:
             cluster.destroy(keep_logs_in=args.results)
         finally:

@@ -2,6 +2,7 @@
 
 import collections
 
+from . import check
 from .util import rel
 
 PER_INCIDENT = 5  # conflicting pairs printed per incident (all of them in violations.txt)
@@ -49,7 +50,74 @@ def _incident_text(k, inc):
                ",".join(map(str, nodes)), _fault_text(near[0]) if near else "none within 10 s"))
 
 
-def summary(meta, ops, unfinished, faults, fenced, res, out, violations_file=None):
+def _delivery(meta, d, faults, p):
+    """Prints the delivery probes' part of the summary; returns the reasons to fail."""
+    if d is None:
+        p("delivery probes: not run%s" % (": " + meta["probes"] if meta.get("probes") else ""))
+        return []
+    seq, notes = d["seq"], d["notes"]
+    t = seq["total"]
+    p("rpc probes (pgrac_ic_seq_rpc, one client per pair, seq 1, 2, ... every %.0f ms):"
+      % (1000 * meta.get("probe_pause_s", 0.02)))
+    p("  probe calls: %d  applied %d, failed %d, duplicates %d, reordered %d%s" % (
+        t["calls"], t["applied"], t["failed"], t["duplicate"], t["reordered"],
+        ", unexpected answers %d" % t["unexpected"] if t["unexpected"] else ""))
+    if seq["failed_why"]:
+        p("  failed (ran or not, unknown): " + ", ".join(
+            "%s %d" % kv for kv in seq["failed_why"].most_common(8)))
+    for (src, dst), c in seq["pairs"].items():
+        p("  %d->%d stream %2d: %6d calls, %6d applied, %5d failed, %d duplicate, %d reordered%s%s"
+          % (src, dst, c["stream"], c["calls"], c["applied"], c["failed"], c["duplicate"],
+             c["reordered"], ", %d unexpected" % c["unexpected"] if c["unexpected"] else "",
+             "; receiver restarts: %d" % c["receiver_restarts"]
+             if c.get("receiver_restarts") else ""))
+    if t["calls"] and not t["applied"]:
+        p("  WARNING: no probe call returned 'applied': the check saw nothing")
+    for c in seq["bad"][:20]:
+        near = check.attribute({"from": c["t0"]}, faults)
+        p("  %s: %d->%d stream %d seq %d, call %s-%s (pid %s); near %s" % (
+            c["res"].upper() if c["res"] in ("duplicate", "reordered") else
+            "UNEXPECTED %r" % c["res"], c["src"], c["dst"], c["stream"], c["seq"],
+            rel(c["t0"]), rel(c["t1"]), c["pid"],
+            ", ".join(_fault_text(f) for f in near[:3]) if near else "no fault within 10 s"))
+    if len(seq["bad"]) > 20:
+        p("  ... %d more in probes.jsonl" % (len(seq["bad"]) - 20))
+
+    p("notes (pgrac_ic_broadcast every %.0f ms per node; sent = calls issued, received ="
+      " notes_recv at the receiver):" % (1000 * meta.get("probe_pause_s", 0.02)))
+    for src, errs in sorted(notes["errors"].items()):
+        if errs:
+            p("  broadcasts from node %d that failed (may have reached some nodes): %s" % (
+                src, ", ".join("%s %d" % kv for kv in
+                               sorted(errs.items(), key=lambda kv: -kv[1])[:5])))
+    for (src, dst), r in notes["pairs"].items():
+        if r["received"] is None:
+            p("  %d->%d: sent %s, counters of node %d never read: not judged" % (
+                src, dst, r["sent"], dst))
+            continue
+        extra = ""
+        if r["restarts"]:
+            extra = " by its last incarnation, >= %d by %d earlier ones" % (
+                r["earlier"], r["restarts"])
+        p("  %d->%d: sent %d, received %d%s%s  %s" % (
+            src, dst, r["sent"], r["received"], extra,
+            "" if r["final"] else " (last sample, no final read)",
+            "ok" if r["ok"] else "DUPLICATES: %d more than sent" % r["excess"]))
+
+    reasons = []
+    if t["duplicate"]:
+        reasons.append("%d duplicate RPCs" % t["duplicate"])
+    if t["reordered"]:
+        reasons.append("%d reordered RPCs" % t["reordered"])
+    if t["unexpected"]:
+        reasons.append("%d unexpected probe answers" % t["unexpected"])
+    if notes["bad"]:
+        reasons.append("notes received more often than sent on %d pairs" % len(notes["bad"]))
+    return reasons
+
+
+def summary(meta, ops, unfinished, faults, fenced, res, out, violations_file=None,
+            delivery=None):
     p = lambda *a: print(*a, file=out)  # noqa: E731
     vs = sorted(res["violations"], key=lambda v: v["from"])
     hung, prog = res["hung"], res["progress"]
@@ -133,8 +201,10 @@ def summary(meta, ops, unfinished, faults, fenced, res, out, violations_file=Non
                 "node %d %s" % (i, "never" if t is None else "only after %.1f s" % t)
                 for i, t in sorted(x["late_nodes"].items()))))
 
+    delivery_reasons = _delivery(meta, delivery, faults, p)
+
     ok_progress = bool(prog) and not lost
-    ok = not vs and not hung and ok_progress
+    ok = not vs and not hung and ok_progress and not delivery_reasons
     reasons = []
     if vs:
         reasons.append("%d violations" % len(vs))
@@ -144,5 +214,6 @@ def summary(meta, ops, unfinished, faults, fenced, res, out, violations_file=Non
         reasons.append("no progress within %.0f s after %d of %d heals"
                        % (meta["progress_bound_s"], len(lost), len(prog))
                        if prog else "no fault was injected")
+    reasons.extend(delivery_reasons)
     p("RESULT: %s" % ("PASS" if ok else "FAIL (" + "; ".join(reasons) + ")"))
     return ok

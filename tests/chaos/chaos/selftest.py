@@ -4,7 +4,7 @@
 
 import sys
 
-from . import check
+from . import check, delivery
 
 
 def op(node, mode, s, e, res="r", **kw):
@@ -48,8 +48,46 @@ def cases():
                                            outcome="timeout")], (), None
 
 
+def call(seq, res="applied", err=None, src=1, dst=2):
+    return {"src": src, "dst": dst, "stream": 1, "seq": seq, "pid": 1, "t0": float(seq),
+            "t1": seq + 0.01, "res": None if err else res, "err": err}
+
+
+def sample(node, t, started, **recv):
+    return {"node": node, "t": t, "started_at": started,
+            "recv": {k.lstrip("n"): v for k, v in recv.items()}}
+
+
+def delivery_cases():
+    """(name, want ok, calls, notes, samples): 2 nodes, notes only from node 1 to 2."""
+    notes = [{"src": 1, "sent": 100, "ok": 100, "errors": {}}, {"src": 2, "sent": 0, "ok": 0}]
+    good = [call(1), call(2, err="statement_timeout"), call(3), call(4)]
+    yield "all applied, one failed", True, good, notes, [sample(2, 1.0, "a", n1=100)]
+    yield "duplicate answer", False, good + [call(5, "duplicate")], notes, []
+    yield "reordered answer", False, good + [call(5, "reordered")], notes, []
+    yield "unexpected answer", False, good + [call(5, "whatever")], notes, []
+    yield "notes: more received than sent", False, good, notes, [sample(2, 1.0, "a", n1=101)]
+    yield "notes: restart, both incarnations within sent", True, good, notes, \
+        [sample(2, 1.0, "a", n1=40), sample(2, 2.0, "b", n1=5), sample(2, 3.0, "b", n1=60)]
+    yield "notes: restart, one note counted by two incarnations", False, good, notes, \
+        [sample(2, 1.0, "a", n1=41), sample(2, 3.0, "b", n1=60)]
+    yield "notes: counter went down (shared memory made again)", False, good, notes, \
+        [sample(2, 1.0, "a", n1=70), sample(2, 2.0, "a", n1=31)]
+    yield "notes: counter went down, within sent", True, good, notes, \
+        [sample(2, 1.0, "a", n1=70), sample(2, 2.0, "a", n1=30)]
+
+
 def main():
     failed = 0
+    ran = 0
+    for name, want, calls, notes, samples in delivery_cases():
+        got = delivery.check(calls, notes, samples, 2)["ok"]
+        ok = got == want
+        failed += not ok
+        ran += 1
+        print("%s  delivery: %s: %s (want %s)" % ("ok  " if ok else "FAIL", name,
+                                                  "ok" if got else "flagged",
+                                                  "ok" if want else "flagged"))
     for name, want, ops, faults, fenced in cases():
         got = len(run_check(ops, faults, fenced)["violations"])
         ok = got == want
@@ -70,7 +108,7 @@ def main():
     good = not p["ok"] and p["late_nodes"] == {2: 20.0}
     failed += not good
     print("%s  late progress is seen: %s" % ("ok  " if good else "FAIL", p["late_nodes"]))
-    print("%d passed, %d failed" % (len(list(cases())) + 4 - failed, failed))
+    print("%d passed, %d failed" % (len(list(cases())) + 4 + ran - failed, failed))
     return 1 if failed else 0
 
 
