@@ -15,3 +15,9 @@ SELECT pgrac_ges_lock('stub:a', 'EX', 0) AS again;
 SELECT pgrac_ges_lock_token('stub:a') > (1::bigint << 32) + 1 AS tokens_grow;
 SELECT pgrac_ges_unlock_all();
 SELECT count(*) FROM pg_cluster_ges_locks;
+-- CW and PR are unordered: converting between them is refused (a failed
+-- conversion could not be given back to the held mode at once).
+SELECT pgrac_ges_lock('stub:cw', 'CW', 0);
+SELECT pgrac_ges_lock('stub:cw', 'PR', 0);
+SELECT pgrac_ges_lock('stub:cw', 'EX', 0) AS up_to_ex;
+SELECT pgrac_ges_unlock_all();

@@ -54,7 +54,9 @@ void ClientRegistry::on_denied(Owner owner, const ResourceName& resource, uint64
     }
     e.state = LockState::Granted;  // a refused conversion keeps the held mode
     e.requested_mode = e.granted_mode;
-    e.request_id = it->second.grant_id;
+    // The id the held mode was granted under; a restored entry may not know
+    // it, and then keeps the conversion's (same session, never zero).
+    if (it->second.grant_id != 0) e.request_id = it->second.grant_id;
     e.flags = 0;
 }
 
@@ -71,7 +73,9 @@ void ClientRegistry::restore(const ReplayEntry& e) {
     const Key key{e.resource, e.owner};
     auto it = locks_.find(key);
     if (it == locks_.end()) {
-        locks_.emplace(key, Held{e, e.state == LockState::Converting ? 0 : e.request_id});
+        // A converting entry's grant id is unknown here: the conversion's own id
+        // stands in for it (nonzero, same session), never 0.
+        locks_.emplace(key, Held{e, e.request_id});
         return;
     }
     ReplayEntry& have = it->second.entry;

@@ -356,8 +356,16 @@ class Worker {
             if (t != held_tokens_.end() && e.state != LockState::Waiting) e.token = t->second;
             by_master[master_for(e.resource, masters_)].push_back(e);
         }
+        size_t replayed = 0, kept = 0;
         for (auto& [m, entries] : by_master) {
-            for (std::vector<uint8_t>& body : encode_replay_messages(entries, epoch_)) {
+            kept += entries.size();
+            std::vector<std::vector<uint8_t>> bodies = encode_replay_messages(entries, epoch_);
+            for (std::vector<uint8_t>& body : bodies) {
+                GesMessage count_m;
+                if (decode_ges_message(body.data(), body.size(), &count_m) == GesWireError::None)
+                    replayed += count_m.entries.size();
+            }
+            for (std::vector<uint8_t>& body : bodies) {
                 if (m == self_) {
                     GesMessage dm;
                     if (decode_ges_message(body.data(), body.size(), &dm) == GesWireError::None)
@@ -366,6 +374,16 @@ class Worker {
                     g_out.push_back({m, kMsgGesMaster, index_, std::move(body)});
                 }
             }
+        }
+        if (replayed != kept) {
+            // An entry the wire cannot carry would be dropped from every
+            // table: say so loudly (it must not happen).
+            const std::string text =
+                "GES (LMS " + std::to_string(index_) + "): epoch " + std::to_string(epoch_) + ": " +
+                std::to_string(kept - replayed) + " registry entries could not be replayed";
+            g_warnings.push_back(text);
+            shared()->errors.add(ErrorType::Internal, Severity::Error, -1, unix_time_us(),
+                                 text.c_str());
         }
         // Messages of this epoch that came before we adopted it.
         std::vector<Stashed> later;
@@ -391,7 +409,8 @@ class Worker {
         if (stash_.size() >= kMaxStash) {
             g_logs.push_back("GES (LMS " + std::to_string(index_) +
                              "): too many messages of a future epoch; dropping one from node " +
-                             std::to_string(src));
+                             std::to_string(src) + " and asking for a new epoch");
+            count(&shared()->membership.bump_requests);  // the rebuild recovers what it said
             return;
         }
         stash_.push_back(Stashed{src, reply, m});
@@ -941,6 +960,9 @@ class Worker {
                     grant_seq_ = 0;
                 }
                 r.token = (static_cast<uint64_t>(epoch_) << 32) | ++grant_seq_;
+                // Far from wrapping (2^32 grants of one worker in one epoch),
+                // ask for a new epoch: tokens must only grow.
+                if (grant_seq_ == (1u << 31)) count(&shared()->membership.bump_requests);
                 tokens_[Key{e.resource, e.owner}] = r.token;
             }
             if (e.owner.node == self_) {

@@ -126,6 +126,10 @@ void current_fences(const ResourceName& r, uint32_t* fences, uint32_t* shard) {
     *shard = g ? load_acquire(&g->shard_fences[shard_of(r)]) : 0;
 }
 
+int send_client(GesMsgType type, const ResourceName* r, uint32_t route_key, LockMode mode,
+                uint64_t request_id, uint8_t flags, uint32_t timeout_ms, DenyReason reason,
+                int wait_ms);
+
 // The holder's next GES call learns that locks were lost: they are dropped
 // from the session and a named error says which and why.
 void void_lost_locks() {
@@ -142,6 +146,11 @@ void void_lost_locks() {
         }
         node_fenced = node_fenced || f != g_held[i].fences;
         if (lost++ == 0) resource_text(g_held[i].resource, first, sizeof first);
+        // The master may still list it (granted under the new fences while the
+        // request waited in a ring): give it back, best effort.
+        const ResourceName r = g_held[i].resource;
+        (void)send_client(GesMsgType::Release, &r, route_key_for(r), LockMode::NL, 0, 0, 0,
+                          DenyReason::Cancelled, 0);
         drop_held(&g_held[i]);
     }
     if (lost == 0) return;
@@ -322,7 +331,10 @@ void resource_text(const ResourceName& r, char* out, size_t cap) {
 // that has it ignores the copy, or delivers its grant again).
 void resend_if_lms_restarted() {
     pgrac::glue::GesShared* g = pgrac::glue::ges_shared();
-    if (!g_pending.active || g == nullptr) return;
+    GesWaitSlot* slot = pgrac::glue::ges_my_slot();
+    if (!g_pending.active || g == nullptr || slot == nullptr) return;
+    // Answered meanwhile: nothing to send.
+    if ((load_acquire(&slot->word) & 0xff) != pgrac::glue::kGesWaiting) return;
     const uint32_t w = shard_of(g_pending.resource);
     const uint32_t starts = load_acquire(&g->lms_starts[w]);
     if (starts == g_pending.lms_starts) return;
@@ -376,6 +388,21 @@ bool ges_lock(const ResourceName& r, LockMode mode, int timeout_ms) {
     GesWaitSlot* slot = prepare();
     void_lost_locks();
     Held* h = find_held(r);
+    if (h != nullptr && h->mode != mode &&
+        ((h->mode == LockMode::CW && mode == LockMode::PR) ||
+         (h->mode == LockMode::PR && mode == LockMode::CW))) {
+        // CW and PR are unordered: if the conversion failed, giving the lock
+        // back to the held mode would itself be an up-conversion that may
+        // have to wait, and the session would believe a mode it does not hold.
+        char name[80];
+        resource_text(r, name, sizeof name);
+        ereport(ERROR,
+                (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                 errmsg("cannot convert global lock \"%s\" between CW and PR", name),
+                 errdetail("CW and PR are unordered: neither includes the other."),
+                 errhint("Convert to a mode that covers both (PW or EX), or release the lock "
+                         "first.")));
+    }
     if (h != nullptr && h->mode == mode) {
         h->count++;
         return true;
@@ -414,9 +441,9 @@ bool ges_lock(const ResourceName& r, LockMode mode, int timeout_ms) {
     PG_TRY();
     {
         // Room in the send queue is waited for within the caller's limit.
-        const int rc = send_client(GesMsgType::Request, &r, route_key_for(r), mode, id, flags,
-                                   wire_timeout, DenyReason::Cancelled,
-                                   limit_ms >= 0 ? static_cast<int>(limit_ms) : -1);
+        const int rc =
+            send_client(GesMsgType::Request, &r, route_key_for(r), mode, id, flags, wire_timeout,
+                        DenyReason::Cancelled, limit_ms >= 0 ? static_cast<int>(limit_ms) : -1);
         if (rc != PGRAC_IC_OK) {
             // Not queued: nothing to withdraw.
             g_pending.active = false;

@@ -8,6 +8,7 @@
 
 #include "ic/ges_client.hpp"
 #include "ic/ges_lock_table.hpp"
+#include "ic/ges_wire.hpp"
 
 using namespace pgrac::ic::ges;
 
@@ -304,4 +305,31 @@ TEST(GesClient, ARestartedWorkerRebuildsTableAndRegistry) {
     EXPECT_EQ(e->state, LockState::Converting);
     EXPECT_EQ(e->granted_mode, LockMode::PR);
     EXPECT_EQ(e->request_id, 9u);
+}
+
+// A converting entry restored from a copy (the LMS restart's registry mirror)
+// does not know the id its held mode was granted under. A refused conversion
+// must still leave a replayable entry: nonzero id, of the same session.
+TEST(GesClient, RestoredConversionRefusedKeepsAReplayableEntry) {
+    ClientRegistry c;
+    ReplayEntry e;
+    e.owner = A;
+    e.resource = R;
+    e.state = LockState::Converting;
+    e.granted_mode = LockMode::PR;
+    e.requested_mode = LockMode::EX;
+    e.request_id = (uint64_t{7} << 32) | 42;
+    c.restore(e);
+    c.on_denied(A, R, e.request_id);
+    auto got = c.find(A, R);
+    ASSERT_TRUE(got.has_value());
+    EXPECT_EQ(got->state, LockState::Granted);
+    EXPECT_EQ(got->granted_mode, LockMode::PR);
+    EXPECT_NE(got->request_id, 0u);
+    EXPECT_EQ(got->request_id >> 32, uint64_t{7}) << "the same session's id";
+    const auto bodies = encode_replay_messages(c.locks(), 5);
+    ASSERT_EQ(bodies.size(), 1u);
+    GesMessage m;
+    ASSERT_EQ(decode_ges_message(bodies[0].data(), bodies[0].size(), &m), GesWireError::None);
+    EXPECT_EQ(m.entries.size(), 1u) << "the held PR is replayed, not dropped";
 }
