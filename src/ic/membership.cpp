@@ -337,8 +337,10 @@ void Membership::adopt(const View& v, int64_t now_us) {
         if (exp > now_us) {
             const uint64_t ms = exp == INT64_MAX ? kLeaseForever : ms_of(exp);
             store_release(&shm_->lease_word, (static_cast<uint64_t>(lease_fences(w)) << 40) | ms);
+            const bool first = state() == MemberState::Joining;
             set_state(MemberState::Member);
-            record(MembershipEvent::Rejoined, v.epoch, v.members, at, "");
+            record(MembershipEvent::Rejoined, v.epoch, v.members, at,
+                   first ? "a member since this start" : "a member again after a fence");
         }
     }
 }
@@ -401,8 +403,10 @@ void Membership::check_lease(int64_t now_us) {
                 const uint64_t ms = exp == INT64_MAX ? kLeaseForever : ms_of(exp);
                 store_release(&shm_->lease_word,
                               (static_cast<uint64_t>(lease_fences(w)) << 40) | ms);
+                const bool first = state() == MemberState::Joining;
                 set_state(MemberState::Member);
-                record(MembershipEvent::Rejoined, c.epoch, c.members, unix_at(now_us, now_us), "");
+                record(MembershipEvent::Rejoined, c.epoch, c.members, unix_at(now_us, now_us),
+                       first ? "a member since this start" : "a member again after a fence");
             }
         }
     }
