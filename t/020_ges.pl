@@ -24,14 +24,8 @@ for my $i (1 .. 3)
 		"GES answers on node $i");
 }
 
-# A resource name (prefix || g) whose master is / is not the given node.
-sub resource_where
-{
-	my ($node, $prefix, $cond) = @_;
-	return $node->safe_psql('postgres',
-		"SELECT n FROM generate_series(1, 1000) g, LATERAL (SELECT '$prefix' || g AS n) s,
-		        LATERAL pgrac_ges_resource(n) r WHERE $cond ORDER BY g LIMIT 1");
-}
+# resource_where($node, $prefix, $cond): PgracCluster::resource_where.
+sub resource_where { return PgracCluster::resource_where(@_); }
 
 sub bg
 {

@@ -354,14 +354,8 @@ my ($n1, $n2, $n3) = map { $c->node($_) } 1 .. 3;
 my $t_formed = time;
 note(sprintf('cluster formed (every node a member) %.2f s after the test started', $t_formed - $T0));
 
-# A resource name (prefix || g) that satisfies $cond on pgrac_ges_resource.
-sub resource_where
-{
-	my ($node, $prefix, $cond) = @_;
-	return $node->safe_psql('postgres',
-		"SELECT n FROM generate_series(1, 1000) g, LATERAL (SELECT '$prefix' || g AS n) s,
-		        LATERAL pgrac_ges_resource(n) r WHERE $cond ORDER BY g LIMIT 1");
-}
+# resource_where($node, $prefix, $cond): PgracCluster::resource_where.
+sub resource_where { return PgracCluster::resource_where(@_); }
 
 sub membership
 {

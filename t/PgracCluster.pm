@@ -172,6 +172,17 @@ sub worker_pid
 		"SELECT pid FROM pg_stat_activity WHERE backend_type = '$type'");
 }
 
+# A global lock resource name (prefix || g, g = 1..1000) whose placement
+# satisfies $cond, a condition on pgrac_ges_resource's columns (master_node,
+# lms_worker, route_key), e.g. 'master_node = 2'. A plain function.
+sub resource_where
+{
+	my ($node, $prefix, $cond) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT n FROM generate_series(1, 1000) g, LATERAL (SELECT '$prefix' || g AS n) s,
+		        LATERAL pgrac_ges_resource(n) r WHERE $cond ORDER BY g LIMIT 1");
+}
+
 sub stop_all
 {
 	my ($self, $mode) = @_;
