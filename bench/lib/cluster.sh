@@ -124,8 +124,22 @@ wait_peers_up() {
     for i in $(seq 1 120); do
         s1=$(psql_n "$PG1" "SELECT state FROM pg_cluster_ic_peers WHERE node_id = 2" || true)
         s2=$(psql_n "$PG2" "SELECT state FROM pg_cluster_ic_peers WHERE node_id = 1" || true)
-        [[ "$s1" == UP && "$s2" == UP ]] && return 0
+        [[ "$s1" == UP && "$s2" == UP ]] && break
         [[ $i -eq 120 ]] && { echo "peers not UP after 60 s (node1: $s1, node2: $s2)" >&2; exit 1; }
         sleep 0.5
     done
+    # Global locks are served once both are members of one view (builds that
+    # have the membership view; older ones serve at once).
+    local q="SELECT coalesce((SELECT state = 'member' AND lease_valid AND cardinality(members) = 2
+                              FROM pg_cluster_membership), true)"
+    [[ $(psql_n "$PG1" "SELECT to_regclass('pg_cluster_membership') IS NOT NULL") == t ]] ||
+        return 0
+    for i in $(seq 1 120); do
+        s1=$(psql_n "$PG1" "$q" || true)
+        s2=$(psql_n "$PG2" "$q" || true)
+        [[ "$s1" == t && "$s2" == t ]] && return 0
+        sleep 0.5
+    done
+    echo "no membership view of both nodes after 60 s" >&2
+    exit 1
 }
