@@ -46,7 +46,6 @@ namespace {
 using namespace pgrac::ic;
 using namespace pgrac::ic::ges;
 
-constexpr int64_t kEarlyMarkerWindowUs = 3000000;
 constexpr long kTickMs = 100;
 // How often a worker looks for requests older than cluster.ges_deadlock_timeout.
 constexpr int64_t kWaitCheckUs = 50000;
@@ -420,9 +419,8 @@ class Worker {
     bool epoch_ok(uint16_t src, const GesMessage& m, bool reply, int64_t now) {
         if (m.epoch > epoch_) {
             check_membership(now);
-            if (m.epoch > epoch_) {
-                const uint32_t committed = committed_view(&shared()->membership).epoch;
-                if (m.epoch > committed || epoch_ == 0) stash(src, m, reply);
+            if (m.epoch > epoch_) {  // not adopted yet (or not serving): keep it
+                stash(src, m, reply);
                 return false;
             }
         }

@@ -117,13 +117,22 @@ uint32_t shard_of(const ResourceName& r) {
     return shm && shm->n_lms ? worker_for(r, shm->n_lms) : 0;
 }
 
+// This node's fence count now (a lapsed lease is marked fenced first).
+uint32_t node_fences() {
+    pgrac::ic::IcShared* shm = pgrac::glue::shared();
+    (void)fence_if_lapsed(&shm->membership, monotonic_ns() / 1000000);
+    return lease_fences(lease_word(&shm->membership));
+}
+
+uint32_t shard_fences(const ResourceName& r) {
+    pgrac::glue::GesShared* g = pgrac::glue::ges_shared();
+    return g ? load_acquire(&g->shard_fences[shard_of(r)]) : 0;
+}
+
 // What a grant made now is valid under: (node fences, shard fences).
 void current_fences(const ResourceName& r, uint32_t* fences, uint32_t* shard) {
-    pgrac::ic::IcShared* shm = pgrac::glue::shared();
-    pgrac::glue::GesShared* g = pgrac::glue::ges_shared();
-    (void)fence_if_lapsed(&shm->membership, monotonic_ns() / 1000000);
-    *fences = lease_fences(lease_word(&shm->membership));
-    *shard = g ? load_acquire(&g->shard_fences[shard_of(r)]) : 0;
+    *fences = node_fences();
+    *shard = shard_fences(r);
 }
 
 int send_client(GesMsgType type, const ResourceName* r, uint32_t route_key, LockMode mode,
@@ -137,10 +146,9 @@ void void_lost_locks() {
     int lost = 0;
     bool node_fenced = false;
     char first[80] = "";
+    const uint32_t f = node_fences();  // once: it is the node's, not the lock's
     for (int i = 0; i < g_nheld;) {
-        uint32_t f, sf;
-        current_fences(g_held[i].resource, &f, &sf);
-        if (f == g_held[i].fences && sf == g_held[i].shard_fences) {
+        if (f == g_held[i].fences && shard_fences(g_held[i].resource) == g_held[i].shard_fences) {
             i++;
             continue;
         }
