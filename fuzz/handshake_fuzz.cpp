@@ -19,13 +19,16 @@ using namespace pgrac::ic;
 
 class Policy : public HandshakePolicy {
   public:
-    RejectReason check_peer(uint16_t node_id, const std::string& peer_address) override {
+    RejectReason check_peer(uint16_t node_id, const std::string& peer_address,
+                            uint8_t lane) override {
         if (node_id != 1 && node_id != 3) return RejectReason::UnknownNode;
-        return peer_address == "10.0.0.1" ? RejectReason::None : RejectReason::AddressMismatch;
+        if (peer_address != "10.0.0.1") return RejectReason::AddressMismatch;
+        return lane < 4 ? RejectReason::None : RejectReason::UnknownLane;
     }
-    uint32_t last_seq_received(uint16_t node_id, uint8_t lane) override {
-        return node_id * 1000u + lane;
+    LaneState lane_state(uint16_t node_id, uint8_t lane) override {
+        return LaneState{node_id * 7u + lane, node_id * 1000u + lane};
     }
+    RejectReason admit(uint16_t, uint64_t, std::string*) override { return RejectReason::None; }
 };
 
 LocalIdentity identity(uint16_t node) {
@@ -43,10 +46,10 @@ void check(bool ok) {
     if (!ok) std::abort();
 }
 
-void deliver(Handshake& to, const std::vector<HandshakeOutput>& frames,
+void deliver(Handshake& to, uint16_t src, const std::vector<HandshakeOutput>& frames,
              std::vector<HandshakeOutput>* out) {
     for (const HandshakeOutput& f : frames)
-        to.on_frame(f.type, f.payload.data(), f.payload.size(), out);
+        to.on_frame(f.type, src, f.payload.data(), f.payload.size(), out);
 }
 
 // Invariants after one frame went into h, which answered with out.
@@ -65,6 +68,8 @@ void check_after(const Handshake& h, bool was_failed, const std::vector<Handshak
     const std::vector<uint8_t>& r = out.back().payload;
     check(r.size() >= 3 && r.size() == 3u + r[2]);
     check((r[0] | (r[1] << 8)) == static_cast<int>(h.reject_reason()));
+    // Before the peer's proof verified, a Reject says nothing but its reason.
+    if (!h.peer_authenticated()) check(r[2] == 0);
 }
 
 }  // namespace
@@ -85,27 +90,28 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::vector<HandshakeOutput> to_a, to_d;
     if (stage >= 1 && stage <= 3) to_a = dialer.start();
     if (stage >= 2 && stage <= 3) {
-        deliver(acceptor, to_a, &to_d);
+        deliver(acceptor, 1, to_a, &to_d);
         to_a.clear();
-        deliver(dialer, to_d, &to_a);
+        deliver(dialer, 2, to_d, &to_a);
         to_d.clear();
     }
     if (stage == 3) {
-        deliver(acceptor, to_a, &to_d);
-        deliver(dialer, to_d, &to_a);
+        deliver(acceptor, 1, to_a, &to_d);
+        deliver(dialer, 2, to_d, &to_a);
         check(dialer.done() && acceptor.done());
     }
     Handshake& target = target_is_dialer ? dialer : acceptor;
     Handshake& other = target_is_dialer ? acceptor : dialer;
     if (stage == 4) {
         std::vector<HandshakeOutput> scratch;
-        target.on_frame(FrameType::Message, nullptr, 0, &scratch);
+        target.on_frame(FrameType::Message, target_is_dialer ? 2 : 1, nullptr, 0, &scratch);
         check(target.failed());
     }
 
     // Before its peer's proof is checked, a target fed only by the fuzzer must
-    // never get past that check: the proofs cover its own fresh nonce.
-    const bool before_proof = target_is_dialer ? stage <= 1 : stage <= 2;
+    // never get past that check: the proofs cover its own fresh nonce. (The
+    // dialer proves first: it reaches WaitAuthOk on any well-formed HelloReply.)
+    const bool before_proof = stage <= 2;
 
     size_t pos = 1;
     while (size - pos >= 3) {
@@ -116,16 +122,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
         const bool was_failed = target.failed();
         std::vector<HandshakeOutput> out;
-        target.on_frame(type, len == 0 ? nullptr : payload, len, &out);
+        // The fuzzer's frames come from the node the target expects.
+        target.on_frame(type, target_is_dialer ? 2 : 1, len == 0 ? nullptr : payload, len, &out);
         check_after(target, was_failed, out);
-        if (before_proof) {
-            check(!target.done());
-            check(target.state() != Handshake::State::WaitAuthOk);
-        }
+        if (before_proof) check(!target.done() && !target.peer_authenticated());
 
         const bool other_was_failed = other.failed();
         std::vector<HandshakeOutput> other_out;
-        deliver(other, out, &other_out);
+        deliver(other, target_is_dialer ? 1 : 2, out, &other_out);
         if (!out.empty()) check_after(other, other_was_failed, other_out);
     }
     return 0;

@@ -32,6 +32,8 @@ int pgrac_ges_deadlock_timeout_ms = 1000;
 int pgrac_peer_timeout_ms = 10000;
 int pgrac_rpc_timeout_ms = 5000;
 int pgrac_tcp_paths = 1;
+int pgrac_wire_protection = 2;  // pgrac::ic::WireProtection::Secure
+int pgrac_max_unauthenticated = 64;
 int pgrac_send_queue_max_kb = 65536;
 int pgrac_send_queue_max_messages = 65536;
 char* pgrac_rdma_device = nullptr;
@@ -56,6 +58,9 @@ const struct config_enum_entry kTierOptions[] = {{"auto", static_cast<int>(Tier:
 
 const struct config_enum_entry kHugepageOptions[] = {
     {"none", 0, false}, {"2MB", 1, false}, {"1GB", 2, false}, {nullptr, 0, false}};
+
+const struct config_enum_entry kWireProtectionOptions[] = {
+    {"crc", 0, false}, {"mac", 1, false}, {"secure", 2, false}, {nullptr, 0, false}};
 
 const struct config_enum_entry kXrcOptions[] = {
     {"auto", 0, false}, {"on", 1, false}, {"off", 2, false}, {nullptr, 0, false}};
@@ -215,6 +220,13 @@ void define_settings() {
     DefineCustomBoolVariable(
         "cluster.interconnect_strict", "Refuse to start rather than fall back to a slower tier.",
         nullptr, &pgrac_interconnect_strict, false, PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable(
+        "cluster.max_unauthenticated",
+        "Most accepted connections that may be authenticating at once.",
+        "Further connections are closed at once, before anything is read from them, and "
+        "counted as unauthenticated_limit; peers that hold the key get through as soon as "
+        "the handshake deadline clears the idle ones.",
+        &pgrac_max_unauthenticated, 64, 1, 65536, PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
     DefineCustomIntVariable("cluster.lms_workers", "Number of LMS worker processes.", nullptr,
                             &pgrac_lms_workers, 2, 1, pgrac::ic::kMaxLmsWorkers, PGC_POSTMASTER, 0,
                             nullptr, nullptr, nullptr);
@@ -262,6 +274,13 @@ void define_settings() {
                             "Most bytes queued to one peer and not yet acknowledged.", nullptr,
                             &pgrac_send_queue_max_kb, 65536, 256, 4194304, PGC_SIGHUP, GUC_UNIT_KB,
                             nullptr, nullptr, nullptr);
+    DefineCustomEnumVariable(
+        "cluster.wire_protection", "How frames are protected after the handshake.",
+        "crc: CRC32C only; mac: an AES-256-GCM tag on every frame (no injection, alteration, "
+        "replay or reordering); secure: mac and the payload encrypted. A session uses the "
+        "stronger of its two nodes' settings.",
+        &pgrac_wire_protection, 2, kWireProtectionOptions, PGC_POSTMASTER, 0, nullptr, nullptr,
+        nullptr);
     DefineCustomStringVariable(
         "cluster.witness_nodes", "Nodes that vote in membership but master no global lock.",
         "Node ids, e.g. '3': a small third instance that lets one of two data nodes go on "
@@ -276,6 +295,7 @@ void define_settings() {
 
 namespace {
 void check_combination(char* err, size_t errlen, char* hint, size_t hintlen);
+char g_key_warning[512] = "";  // reported after the checks, outside C++ frames
 }  // namespace
 
 void check_settings_together() {
@@ -293,6 +313,7 @@ void check_settings_together() {
     if (err[0] != '\0')
         ereport(FATAL, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("%s", err),
                         hint[0] ? errhint("%s", hint) : 0));
+    if (g_key_warning[0] != '\0') ereport(WARNING, (errmsg("%s", g_key_warning)));
 }
 
 namespace {
@@ -335,8 +356,12 @@ void check_combination(char* err, size_t errlen, char* hint, size_t hintlen) {
                 std::snprintf(hint, hintlen,
                               "Create a key with \"openssl rand -hex 32 > "
                               "FILE; chmod 0600 FILE\" and copy it to every node.");
-            } else if (!pgrac::ic::load_key_file(pgrac_auth_key_file, &error)) {
+            } else if (std::string warning;
+                       !pgrac::ic::load_key_file(pgrac_auth_key_file, &error, &warning)) {
                 std::snprintf(err, errlen, "cluster.auth_key_file: %s", error.c_str());
+            } else if (!warning.empty()) {
+                std::snprintf(g_key_warning, sizeof g_key_warning, "cluster.auth_key_file: %s",
+                              warning.c_str());
             }
         }
     }

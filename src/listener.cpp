@@ -88,6 +88,9 @@ pgrac::ic::EngineConfig make_config(pgrac::ic::IcShared* shm) {
     cfg.bulk_lanes = pgrac_tcp_paths;
     cfg.heartbeat_interval_ms = pgrac_heartbeat_interval_ms;
     cfg.peer_timeout_ms = pgrac_peer_timeout_ms;
+    cfg.max_unauthenticated = pgrac_max_unauthenticated;
+    cfg.identity.max_message = PGRAC_IC_MAX_MESSAGE;
+    cfg.identity.protection = static_cast<pgrac::ic::WireProtection>(pgrac_wire_protection);
     if (cfg.nodes.size() > 1 && pgrac_auth_key_file && *pgrac_auth_key_file) {
         std::string err;
         auto key = pgrac::ic::load_key_file(pgrac_auth_key_file, &err);

@@ -133,6 +133,13 @@ void publish_tier(pgrac::ic::IcShared* shm) {
     shm->rdma = g_decision.rdma;
 }
 
+pgrac::tiers::TcpOptions tcp_options() {
+    pgrac::tiers::TcpOptions o;
+    o.max_payload = static_cast<uint32_t>(pgrac::ic::kMessageHeaderSize + PGRAC_IC_MAX_MESSAGE +
+                                          pgrac::ic::kFrameTagSize);
+    return o;
+}
+
 pgrac::ic::TransportFactory transport_factory() {
     if (g_decision.active == Tier::Stub)
         return
@@ -140,7 +147,7 @@ pgrac::ic::TransportFactory transport_factory() {
     if (g_decision.active == Tier::Tier1 || g_decision.active == Tier::Tier2)
         return [](pgrac::tiers::TransportHandler& h) { return make_verbs_or_tcp(h); };
     return [](pgrac::tiers::TransportHandler& h) {
-        return pgrac::tiers::make_tcp_transport(h, pgrac::tiers::TcpOptions{});
+        return pgrac::tiers::make_tcp_transport(h, tcp_options());
     };
 }
 

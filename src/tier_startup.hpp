@@ -13,6 +13,9 @@ void publish_tier(pgrac::ic::IcShared* shm);
 // Makes the transport of the tier that runs: stub, TCP, or for tier1/tier2
 // the verbs transport (verbs_glue.hpp: falls back to TCP unless strict).
 pgrac::ic::TransportFactory transport_factory();
+// TCP options of this build: frames up to one message (header, body, tag),
+// and handshake-sized frames until a connection is authenticated.
+pgrac::tiers::TcpOptions tcp_options();
 
 // The decision made at postmaster start (inherited by every child).
 pgrac::ic::Tier decided_tier();

@@ -117,7 +117,7 @@ std::unique_ptr<pgrac::tiers::Transport> make_verbs_or_tcp(pgrac::tiers::Transpo
             pgrac::ic::tier_name(decided_tier()) + " does not fall back to TCP");
     put(g_fallback, where + " cannot be created (" + err + "); running at Tier 3 (TCP)");
     g_fell_back = true;
-    return pgrac::tiers::make_tcp_transport(h, pgrac::tiers::TcpOptions{});
+    return pgrac::tiers::make_tcp_transport(h, tcp_options());
 }
 
 void publish_transport(IcShared* shm) {

@@ -21,8 +21,11 @@ namespace pgrac::glue {
 // build derives the verbs receive-slot size from this constant alone, so both
 // ends of a connection always agree on it.
 inline constexpr uint32_t kVerbsMaxPayload =
-    (static_cast<uint32_t>(ic::kMessageHeaderSize) + PGRAC_IC_MAX_MESSAGE + 1023u) & ~1023u;
-static_assert(kVerbsMaxPayload >= ic::kMessageHeaderSize + PGRAC_IC_MAX_MESSAGE);
+    (static_cast<uint32_t>(ic::kMessageHeaderSize + ic::kFrameTagSize) + PGRAC_IC_MAX_MESSAGE +
+     1023u) &
+    ~1023u;
+static_assert(kVerbsMaxPayload >=
+              ic::kMessageHeaderSize + ic::kFrameTagSize + PGRAC_IC_MAX_MESSAGE);
 static_assert(kVerbsMaxPayload <= ic::kMaxFramePayload);
 
 // VerbsOptions from cluster.rdma_* (device/port: the decision at start).

@@ -191,8 +191,7 @@ void Engine::send_message(Peer& p, int lane, uint16_t flags, const uint8_t* payl
     // While the peer asked us to back off, the frame is only retained; it goes
     // out in order when the hold expires (transmit_held) or on a reconnect.
     if (l.up && now_us() >= p.hold_until_us && l.transmitted == h.seq - 1) {
-        iovec iov{frame.data(), frame.size()};
-        if (transport_->send(l.conn, &iov, 1)) {
+        if (send_frame(l.conn, h, frame.data() + kFrameHeaderSize, frame.data())) {
             l.session.ack_sent(h.ack);
             l.transmitted = h.seq;
         } else {
@@ -206,11 +205,67 @@ void Engine::send_message(Peer& p, int lane, uint16_t flags, const uint8_t* payl
     count<uint64_t>(&p.shm->unacked_bytes, kFrameHeaderSize + len);
 }
 
+bool Engine::send_frame(tiers::ConnId id, FrameHeader h, const uint8_t* payload,
+                        const uint8_t* encoded) {
+    auto it = conns_.find(id);
+    FrameGuard* g = it == conns_.end() ? nullptr : it->second.guard.get();
+    if (g == nullptr || g->mode() == WireProtection::Crc) {
+        uint8_t hdr[kFrameHeaderSize];
+        if (encoded == nullptr) {
+            encode_frame_header(h, payload, hdr);
+            encoded = hdr;
+        }
+        iovec iov[2] = {{const_cast<uint8_t*>(encoded), kFrameHeaderSize},
+                        {const_cast<uint8_t*>(payload), h.payload_len}};
+        return transport_->send(id, iov, h.payload_len > 0 ? 2 : 1);
+    }
+    g->seal(h, payload, h.payload_len, &seal_buf_);
+    iovec iov{seal_buf_.data(), seal_buf_.size()};
+    return transport_->send(id, &iov, 1);
+}
+
 // ---- inbound: wire -> LMS inboxes and reply slots
+
+// Everything that makes a Message unacceptable is checked here, before the
+// session counts it as received (and acknowledges it): a refused message is
+// never half-taken.
+bool Engine::valid_message(Peer& p, const FrameHeader& h, const uint8_t* payload) {
+    MessageHeader mh;
+    const std::string from = " from node " + std::to_string(p.addr.node_id);
+    if (decode_message_header(payload, h.payload_len, &mh) != FrameError::None) {
+        report(ErrorType::MalformedFrame, Severity::Error, p.addr.node_id,
+               "message" + from + " has a nonzero reserved field; connection dropped");
+        return false;
+    }
+    const uint32_t body = h.payload_len - static_cast<uint32_t>(kMessageHeaderSize);
+    if (body > cfg_.identity.max_message) {
+        report(ErrorType::OversizedMessage, Severity::Error, p.addr.node_id,
+               "message of " + std::to_string(body) + " bytes" + from + ", more than the " +
+                   std::to_string(cfg_.identity.max_message) +
+                   " agreed in the handshake; connection dropped");
+        return false;
+    }
+    if (mh.msg_type > PGRAC_IC_MAX_MSG_TYPE) {
+        report(ErrorType::MalformedFrame, Severity::Error, p.addr.node_id,
+               "message type " + std::to_string(mh.msg_type) + from + " is above " +
+                   std::to_string(PGRAC_IC_MAX_MSG_TYPE) + "; connection dropped");
+        return false;
+    }
+    if (mh.msg_type == kVoidMsgType && (h.flags & (kFlagRpcRequest | kFlagRpcReply))) {
+        report(ErrorType::MalformedFrame, Severity::Error, p.addr.node_id,
+               "void message" + from + " flagged as an RPC; connection dropped");
+        return false;
+    }
+    return true;
+}
 
 void Engine::on_message(Peer& p, int lane, tiers::ConnId conn, const FrameHeader& h,
                         const uint8_t* payload) {
     Lane& l = p.lanes[lane];
+    if (!valid_message(p, h, payload)) {
+        close_conn(conn);
+        return;
+    }
     // The same test deliver_to_lms() applies, made before the frame counts as
     // received: a message that would not fit is never acknowledged.
     if (!(h.flags & kFlagRpcReply) && !backlog_has_room(h.payload_len) &&
@@ -280,9 +335,9 @@ void Engine::signal_backoff(Peer& p) {
 
 void Engine::on_backoff(Peer& p, const FrameHeader& h, const uint8_t* payload) {
     if (h.payload_len != 4) {
-        report(ErrorType::MalformedFrame, Severity::Warning, p.addr.node_id,
-               "backoff of " + std::to_string(h.payload_len) + " bytes from node " +
-                   std::to_string(p.addr.node_id) + " ignored");
+        drop_conn(p.lanes[0].conn, p, ErrorType::MalformedFrame,
+                  "backoff of " + std::to_string(h.payload_len) + " bytes from node " +
+                      std::to_string(p.addr.node_id) + " (expected 4)");
         return;
     }
     uint32_t hold_ms = 0;
@@ -334,8 +389,9 @@ void Engine::void_abandoned_requests(Peer& p) {
 
 void Engine::transmit_after(Lane& l, uint32_t after) {
     for (const Session::Held& h : l.session.frames_after(after)) {
-        iovec iov{const_cast<uint8_t*>(h.frame->data()), h.frame->size()};
-        if (!transport_->send(l.conn, &iov, 1)) {
+        FrameHeader fh;
+        decode_frame_header(h.frame->data(), h.frame->size(), kMaxFramePayload, &fh);
+        if (!send_frame(l.conn, fh, h.frame->data() + kFrameHeaderSize, h.frame->data())) {
             close_conn(l.conn);
             return;
         }
@@ -419,6 +475,20 @@ void Engine::drain_overflow() {
             lms_to_wake_ |= 1u << w;
         }
     }
+}
+
+void Engine::report_throttled(ErrorType type, Severity sev, int peer_node,
+                              const std::string& text) {
+    uint64_t held_back = 0;
+    if (!throttle_.allow(static_cast<int>(type), now_us(), &held_back)) {
+        shm_->errors.count_only(type);
+        return;
+    }
+    report(type, sev, peer_node,
+           held_back == 0 ? text
+                          : text + " (and " + std::to_string(held_back) +
+                                " more like it in the last seconds, counted in "
+                                "pg_cluster_rdma_error_totals)");
 }
 
 void Engine::report(ErrorType type, Severity sev, int peer_node, const std::string& text) {

@@ -18,7 +18,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ic/frame_guard.hpp"
 #include "ic/handshake.hpp"
+#include "ic/log_throttle.hpp"
 #include "ic/membership.hpp"
 #include "ic/node_list.hpp"
 #include "ic/session.hpp"
@@ -35,6 +37,10 @@ struct EngineConfig {
     int peer_timeout_ms = 10000;
     Session::Limits session_limits;
     int64_t ack_delay_us = 2000;  // longest a standalone ack waits for a piggyback
+    // Accepted connections that have not finished their handshake; more are
+    // closed at once (cluster.max_unauthenticated).
+    int max_unauthenticated = 64;
+    uint64_t rekey_interval = FrameGuard::kDefaultRekeyInterval;  // frames per key
 };
 
 // What the engine needs from the process that runs it.
@@ -91,9 +97,13 @@ class Engine final : public tiers::TransportHandler, public HandshakePolicy {
     void on_frame(tiers::ConnId conn, const FrameHeader& h, const uint8_t* payload) override;
     void on_closed(tiers::ConnId conn, const std::string& reason, FrameError err) override;
 
+    void on_accept_paused(int err, int pause_ms) override;
+
     // HandshakePolicy
-    RejectReason check_peer(uint16_t node_id, const std::string& peer_address) override;
-    uint32_t last_seq_received(uint16_t node_id, uint8_t lane) override;
+    RejectReason check_peer(uint16_t node_id, const std::string& peer_address,
+                            uint8_t lane) override;
+    LaneState lane_state(uint16_t node_id, uint8_t lane) override;
+    RejectReason admit(uint16_t node_id, uint64_t incarnation, std::string* why) override;
 
   private:
     struct Lane {
@@ -106,6 +116,7 @@ class Engine final : public tiers::TransportHandler, public HandshakePolicy {
         int backoff_ms = 0;
         int64_t ack_due_since_us = 0;
         uint32_t transmitted = 0;  // highest seq handed to the transport
+        uint64_t session_id = 0;   // agreed in the handshake; 0 = never connected
     };
     struct Peer {
         NodeAddress addr;
@@ -127,6 +138,7 @@ class Engine final : public tiers::TransportHandler, public HandshakePolicy {
         bool established = false;
         std::string peer_host;
         std::unique_ptr<Handshake> handshake;
+        std::unique_ptr<FrameGuard> guard;  // once established
         int64_t deadline_us = 0;
     };
     struct Outstanding {
@@ -138,6 +150,12 @@ class Engine final : public tiers::TransportHandler, public HandshakePolicy {
     void drain_outbound();
     void route_outbound(uint16_t node, uint16_t flags, const uint8_t* payload, uint32_t len);
     void send_message(Peer& p, int lane, uint16_t flags, const uint8_t* payload, uint32_t len);
+    // Puts one frame on a connection, sealed by its guard; `encoded`, if
+    // given, is the frame already encoded with its CRC (sent as is in crc mode).
+    bool send_frame(tiers::ConnId id, FrameHeader h, const uint8_t* payload,
+                    const uint8_t* encoded = nullptr);
+    // Checks a Message before it counts as received: header, type, body size.
+    bool valid_message(Peer& p, const FrameHeader& h, const uint8_t* payload);
     void on_message(Peer& p, int lane, tiers::ConnId conn, const FrameHeader& h,
                     const uint8_t* payload);
     void deliver_local(uint16_t src, uint16_t flags, const uint8_t* payload, uint32_t len);
@@ -176,11 +194,20 @@ class Engine final : public tiers::TransportHandler, public HandshakePolicy {
     void on_ack(Peer& p, Lane& l, uint32_t ack);
     void flush_acks(int64_t now_us);
     void declare_down(Peer& p, const std::string& why);
-    void reset_peer(Peer& p, uint64_t new_incarnation);
+    // The peer came back as another instance (new incarnation).
+    void peer_restarted(Peer& p, uint64_t new_incarnation, tiers::ConnId keep);
+    // Both sides start a lane's session again (the handshake said so).
+    void reset_lane(Peer& p, Lane& l, int lane);
+    // A frame that breaks the protocol: counted, logged, connection dropped.
+    void drop_conn(tiers::ConnId id, Peer& p, ErrorType type, const std::string& why);
     void update_state(Peer& p);
     void set_state(Peer& p, PeerState s);
     void close_conn(tiers::ConnId id);
     void report(ErrorType type, Severity sev, int peer_node, const std::string& text);
+    // As report(), but a flood (unauthenticated connections) is logged at
+    // most once per type every few seconds; every event is still counted.
+    void report_throttled(ErrorType type, Severity sev, int peer_node, const std::string& text);
+    int unauthenticated_conns() const;
     Peer* peer_by_node(uint16_t node);
 
     EngineConfig cfg_;
@@ -198,7 +225,9 @@ class Engine final : public tiers::TransportHandler, public HandshakePolicy {
     uint32_t lms_to_wake_ = 0;  // bitmask
     int64_t next_timer_us_ = 0;
     bool shutting_down_ = false;
-    uint64_t work_ = 0;  // bumped by everything that moves a message
+    uint64_t work_ = 0;              // bumped by everything that moves a message
+    std::vector<uint8_t> seal_buf_;  // one sealed frame on its way to the transport
+    LogThrottle throttle_;
 };
 
 }  // namespace pgrac::ic

@@ -60,9 +60,20 @@ ErrorType error_type_for(RejectReason r) {
             return ErrorType::WrongKey;
         case RejectReason::ShuttingDown:
             return ErrorType::PeerDown;
+        case RejectReason::LimitMismatch:
+            return ErrorType::LimitMismatch;
+        case RejectReason::DuplicateNode:
+            return ErrorType::DuplicateNode;
+        case RejectReason::Busy:
+            return ErrorType::UnauthenticatedLimit;
         default:
             return ErrorType::HandshakeFailed;
     }
+}
+
+// Longest a connection may take to authenticate.
+int handshake_timeout_ms(int peer_timeout_ms) {
+    return std::min(peer_timeout_ms, 10000);
 }
 
 }  // namespace
@@ -165,10 +176,13 @@ void Engine::run_timers(int64_t now) {
         Conn& c = conns_[id];
         std::string who = c.peer >= 0 ? "node " + std::to_string(peers_[c.peer].addr.node_id)
                                       : "address " + c.peer_host;
-        report(ErrorType::HandshakeFailed, Severity::Warning,
-               c.peer >= 0 ? peers_[c.peer].addr.node_id : -1,
-               "handshake with " + who + " timed out after " +
-                   std::to_string(cfg_.peer_timeout_ms) + " ms");
+        const std::string text = "handshake with " + who + " timed out after " +
+                                 std::to_string(handshake_timeout_ms(cfg_.peer_timeout_ms)) + " ms";
+        const int node = c.peer >= 0 ? peers_[c.peer].addr.node_id : -1;
+        if (c.dialer)
+            report(ErrorType::HandshakeFailed, Severity::Warning, node, text);
+        else
+            report_throttled(ErrorType::HandshakeFailed, Severity::Warning, node, text);
         close_conn(id);
     }
     flush_acks(now);
@@ -195,7 +209,7 @@ void Engine::dial(Peer& p, int lane, int64_t now) {
     c.peer_host = p.addr.host;
     c.handshake = std::make_unique<Handshake>(Handshake::Role::Dialer, cfg_.identity, *this,
                                               p.addr.node_id, p.addr.host, c.lane);
-    c.deadline_us = now + 1000 * cfg_.peer_timeout_ms;
+    c.deadline_us = now + 1000 * handshake_timeout_ms(cfg_.peer_timeout_ms);
     conns_.emplace(id, std::move(c));
     l.conn = id;
 }
@@ -243,13 +257,38 @@ void Engine::on_connected(tiers::ConnId id, bool ok, const std::string& error) {
 }
 
 void Engine::on_accepted(tiers::ConnId id, const std::string& peer_host) {
+    if (unauthenticated_conns() >= cfg_.max_unauthenticated) {
+        // Whoever holds connections open without authenticating gets no more:
+        // closed before any byte is read or buffered.
+        report_throttled(ErrorType::UnauthenticatedLimit, Severity::Warning, -1,
+                         "connection from " + strip_v4_mapped(peer_host) +
+                             " closed: " + std::to_string(cfg_.max_unauthenticated) +
+                             " connections are still authenticating "
+                             "(cluster.max_unauthenticated)");
+        transport_->close(id);
+        return;
+    }
     Conn c;
     c.peer_host = strip_v4_mapped(peer_host);
     c.handshake = std::make_unique<Handshake>(Handshake::Role::Acceptor, cfg_.identity, *this, 0,
                                               c.peer_host);
-    c.deadline_us = now_us() + 1000 * cfg_.peer_timeout_ms;
+    c.deadline_us = now_us() + 1000 * handshake_timeout_ms(cfg_.peer_timeout_ms);
     conns_.emplace(id, std::move(c));
     next_timer_us_ = std::min(next_timer_us_, conns_[id].deadline_us);
+}
+
+int Engine::unauthenticated_conns() const {
+    int n = 0;
+    for (const auto& [id, c] : conns_) n += !c.established && !c.dialer ? 1 : 0;
+    return n;
+}
+
+void Engine::on_accept_paused(int err, int pause_ms) {
+    report_throttled(ErrorType::AcceptPaused, Severity::Warning, -1,
+                     std::string("cannot accept connections: ") + std::strerror(err) +
+                         "; not accepting for " + std::to_string(pause_ms) +
+                         " ms (raise the open-file limit, LimitNOFILE, or lower "
+                         "cluster.max_unauthenticated)");
 }
 
 void Engine::on_frame(tiers::ConnId id, const FrameHeader& h, const uint8_t* payload) {
@@ -263,28 +302,56 @@ void Engine::on_frame(tiers::ConnId id, const FrameHeader& h, const uint8_t* pay
     }
     Peer& p = peers_[c.peer];
     Lane& l = p.lanes[c.lane];
-    if (h.src_node != p.addr.node_id) {
-        report(ErrorType::MalformedFrame, Severity::Error, p.addr.node_id,
-               "frame claims source node " + std::to_string(h.src_node) +
-                   " on the connection of node " + std::to_string(p.addr.node_id));
-        close_conn(id);
+    // The guard first: nothing of a frame is believed before its tag verifies.
+    FrameHeader ph = h;
+    if (!c.guard->open(h, payload, &payload, &ph.payload_len)) {
+        drop_conn(id, p, ErrorType::FrameAuthFailed,
+                  std::string(frame_type_name(h.type)) + " frame " +
+                      std::to_string(c.guard->frames_opened() + 1) + " from node " +
+                      std::to_string(p.addr.node_id) +
+                      " failed its authentication tag (forged, altered, replayed or reordered)");
+        return;
+    }
+    if (ph.src_node != p.addr.node_id) {
+        drop_conn(id, p, ErrorType::MalformedFrame,
+                  "frame claims source node " + std::to_string(h.src_node) +
+                      " on the connection of node " + std::to_string(p.addr.node_id));
+        return;
+    }
+    if (ph.type == FrameType::Message && ph.payload_len < kMessageHeaderSize) {
+        drop_conn(id, p, ErrorType::MalformedFrame,
+                  "message of " + std::to_string(ph.payload_len) + " bytes from node " +
+                      std::to_string(p.addr.node_id) + " is shorter than its header");
+        return;
+    }
+    if (seq_after(ph.ack, l.session.last_sent())) {
+        drop_conn(id, p, ErrorType::MalformedFrame,
+                  "node " + std::to_string(p.addr.node_id) + " acknowledged seq " +
+                      std::to_string(ph.ack) + " on lane " + std::to_string(c.lane) +
+                      ", beyond the last one sent (" + std::to_string(l.session.last_sent()) + ")");
         return;
     }
     p.last_heard_us = now_us();
     membership_.on_heard(p.addr.node_id, p.last_heard_us);
     store_relaxed(&p.shm->last_heard_us, unix_time_us());
-    on_ack(p, l, h.ack);
-    switch (h.type) {
+    on_ack(p, l, ph.ack);
+    switch (ph.type) {
         case FrameType::Message:
-            on_message(p, c.lane, id, h, payload);
+            on_message(p, c.lane, id, ph, payload);
             break;
         case FrameType::Heartbeat:
-            on_heartbeat(p, h, payload);
+            if (c.lane != 0) {
+                drop_conn(id, p, ErrorType::MalformedFrame,
+                          "heartbeat from node " + std::to_string(p.addr.node_id) + " on lane " +
+                              std::to_string(c.lane) + " (heartbeats use the control lane)");
+                break;
+            }
+            on_heartbeat(p, ph, payload);
             break;
         case FrameType::Ack:
             break;
         case FrameType::Backoff:
-            on_backoff(p, h, payload);
+            on_backoff(p, ph, payload);
             break;
         case FrameType::Reject:
             report(ErrorType::PeerDown, Severity::Warning, p.addr.node_id,
@@ -292,10 +359,9 @@ void Engine::on_frame(tiers::ConnId id, const FrameHeader& h, const uint8_t* pay
             close_conn(id);
             break;
         default:
-            report(ErrorType::MalformedFrame, Severity::Error, p.addr.node_id,
-                   "unexpected frame type " + std::to_string(static_cast<int>(h.type)) +
-                       " from node " + std::to_string(p.addr.node_id) + " after the handshake");
-            close_conn(id);
+            drop_conn(id, p, ErrorType::MalformedFrame,
+                      std::string("unexpected ") + frame_type_name(h.type) + " frame from node " +
+                          std::to_string(p.addr.node_id) + " after the handshake");
     }
 }
 
@@ -309,10 +375,14 @@ void Engine::on_closed(tiers::ConnId id, const std::string& reason, FrameError e
         ErrorType t = err == FrameError::BadChecksum       ? ErrorType::BadChecksum
                       : err == FrameError::PayloadTooLarge ? ErrorType::OversizedMessage
                                                            : ErrorType::MalformedFrame;
-        report(t, Severity::Error, node,
-               std::string("dropped connection from ") +
-                   (node > 0 ? "node " + std::to_string(node) : "address " + c.peer_host) + ": " +
-                   frame_error_name(err) + " (" + reason + ")");
+        const std::string text =
+            std::string("dropped connection from ") +
+            (c.established ? "node " + std::to_string(node) : "address " + c.peer_host) + ": " +
+            frame_error_name(err) + " (" + reason + ")";
+        if (c.established || c.dialer)
+            report(t, Severity::Error, node, text);
+        else
+            report_throttled(t, Severity::Error, -1, text);
     }
     if (c.peer < 0) return;
     Peer& p = peers_[c.peer];
@@ -341,7 +411,7 @@ void Engine::handshake_frame(tiers::ConnId id, Conn& c, const FrameHeader& h,
         return;
     }
     std::vector<HandshakeOutput> out;
-    c.handshake->on_frame(h.type, payload, h.payload_len, &out);
+    c.handshake->on_frame(h.type, h.src_node, payload, h.payload_len, &out);
     send_handshake(id, out);
     if (c.handshake->failed()) {
         handshake_failed(id, c);
@@ -359,10 +429,16 @@ void Engine::send_handshake(tiers::ConnId id, const std::vector<HandshakeOutput>
 void Engine::handshake_failed(tiers::ConnId id, Conn& c) {
     const Handshake& hs = *c.handshake;
     int node = c.peer >= 0 ? peers_[c.peer].addr.node_id : -1;
-    if (node < 0 && hs.peer().node_id != 0) node = hs.peer().node_id;
-    report(error_type_for(hs.reject_reason()), Severity::Error, node,
-           (hs.rejected_by_peer() ? "" : "refused connection from " + c.peer_host + ": ") +
-               hs.error_text());
+    const std::string text =
+        (hs.rejected_by_peer() ? "" : "refused connection from " + c.peer_host + ": ") +
+        hs.error_text();
+    // Anyone can open a connection and fail a handshake: the acceptor's
+    // refusals are throttled in the log (and all counted), the dialer's are
+    // throttled by its backoff.
+    if (c.dialer)
+        report(error_type_for(hs.reject_reason()), Severity::Error, node, text);
+    else
+        report_throttled(error_type_for(hs.reject_reason()), Severity::Error, -1, text);
     if (c.dialer && c.peer >= 0) {
         Peer& p = peers_[c.peer];
         if (p.state == PeerState::Down) set_state(p, PeerState::Error);
@@ -372,25 +448,51 @@ void Engine::handshake_failed(tiers::ConnId id, Conn& c) {
 }
 
 void Engine::establish(tiers::ConnId id, Conn& c) {
-    const PeerIdentity& pid = c.handshake->peer();
+    const PeerIdentity pid = c.handshake->peer();
     Peer* pp = peer_by_node(pid.node_id);
-    if (pp == nullptr || pid.lane >= pp->lanes.size()) {
-        report(ErrorType::HandshakeFailed, Severity::Error, pid.node_id,
-               "node " + std::to_string(pid.node_id) + " asked for lane " +
-                   std::to_string(pid.lane) + ", which is not configured (cluster.tcp_paths)");
+    if (pp == nullptr || pid.lane >= pp->lanes.size()) {  // check_peer() let it through
+        report(ErrorType::Internal, Severity::Error, pid.node_id,
+               "handshake completed for node " + std::to_string(pid.node_id) + " lane " +
+                   std::to_string(pid.lane) + ", which is not configured");
         close_conn(id);
         return;
     }
     Peer& p = *pp;
     Lane& l = p.lanes[pid.lane];
+    if (pid.offered_session != l.session_id) {
+        // Another connection of this lane changed the session while this one
+        // authenticated: what it agreed is stale. The next handshake settles it.
+        close_conn(id);
+        return;
+    }
     c.peer = static_cast<int>(pp - peers_.data());
     c.lane = pid.lane;
     c.established = true;
+    c.guard = std::make_unique<FrameGuard>(pid.protection, pid.keys, cfg_.rekey_interval);
     c.handshake.reset();
+    // Authenticated: frames up to one full message (and its tag) from now on.
+    transport_->set_max_payload(
+        id, static_cast<uint32_t>(kMessageHeaderSize + cfg_.identity.max_message + kFrameTagSize));
     if (l.conn != 0 && l.conn != id) close_conn(l.conn);  // the peer reconnected
-    if (p.incarnation != 0 && p.incarnation != pid.incarnation) reset_peer(p, pid.incarnation);
+    if (p.incarnation != 0 && p.incarnation != pid.incarnation)
+        peer_restarted(p, pid.incarnation, id);
     p.incarnation = pid.incarnation;
     p.shm->incarnation = pid.incarnation;
+    uint32_t peer_has = pid.last_seq_received;
+    if (pid.new_session) {
+        // Both sides decided this from the same transcript: both start again.
+        reset_lane(p, l, pid.lane);
+        peer_has = 0;
+    }
+    l.session_id = pid.session_id;
+    if (seq_after(peer_has, l.session.last_sent())) {
+        // Same session on both sides, yet it claims more than we ever sent.
+        drop_conn(id, p, ErrorType::MalformedFrame,
+                  "node " + std::to_string(p.addr.node_id) + " claims to have received seq " +
+                      std::to_string(peer_has) + " on lane " + std::to_string(pid.lane) +
+                      ", beyond the last one sent (" + std::to_string(l.session.last_sent()) + ")");
+        return;
+    }
     if (l.ever_up) count(&p.shm->reconnects);
     l.conn = id;
     l.up = true;
@@ -400,11 +502,6 @@ void Engine::establish(tiers::ConnId id, Conn& c) {
     p.last_heard_us = now_us();
     // Resend, in order, what the peer has not received: frames it had been
     // sent count as retransmits, frames held back (backoff, lane down) as firsts.
-    // A peer that has not yet seen our current incarnation reports what it
-    // received from the previous one: more than this session ever sent. That
-    // number means nothing here (and acking by it would drop unsent frames).
-    uint32_t peer_has = pid.last_seq_received;
-    if (seq_after(peer_has, l.session.last_sent())) peer_has = 0;
     on_ack(p, l, peer_has);  // what it has is acked (and accounted)
     const uint32_t was_transmitted = l.transmitted;
     l.transmitted = peer_has;
@@ -418,19 +515,44 @@ void Engine::establish(tiers::ConnId id, Conn& c) {
     update_state(p);
 }
 
-uint32_t Engine::last_seq_received(uint16_t node_id, uint8_t lane) {
+LaneState Engine::lane_state(uint16_t node_id, uint8_t lane) {
     Peer* p = peer_by_node(node_id);
-    if (p == nullptr || lane >= p->lanes.size()) return 0;
-    return p->lanes[lane].session.last_received();
+    if (p == nullptr || lane >= p->lanes.size()) return {};
+    const Lane& l = p->lanes[lane];
+    return LaneState{l.session_id, l.session.last_received()};
 }
 
-RejectReason Engine::check_peer(uint16_t node_id, const std::string& peer_address) {
+RejectReason Engine::check_peer(uint16_t node_id, const std::string& peer_address, uint8_t lane) {
     Peer* p = peer_by_node(node_id);
     if (p == nullptr) return RejectReason::UnknownNode;
     const std::string addr = strip_v4_mapped(peer_address);
-    for (const std::string& h : p->numeric_hosts)
-        if (h == addr) return RejectReason::None;
-    return RejectReason::AddressMismatch;
+    bool known = false;
+    for (const std::string& h : p->numeric_hosts) known = known || h == addr;
+    if (!known) return RejectReason::AddressMismatch;
+    if (lane >= p->lanes.size()) return RejectReason::UnknownLane;
+    if (shutting_down_) return RejectReason::ShuttingDown;
+    return RejectReason::None;
+}
+
+// One instance per node id: while any lane is connected to one incarnation of
+// a node, another incarnation claiming that node is refused (an impersonator
+// with the key, or two instances configured with the same cluster.node_id).
+// A node that really restarted left no connection up (its sockets closed, or
+// cluster.peer_timeout declared it DOWN), so it is admitted then.
+RejectReason Engine::admit(uint16_t node_id, uint64_t incarnation, std::string* why) {
+    Peer* p = peer_by_node(node_id);
+    if (p == nullptr) return RejectReason::UnknownNode;
+    if (p->incarnation == 0 || p->incarnation == incarnation) return RejectReason::None;
+    int up = 0;
+    for (const Lane& l : p->lanes) up += l.up ? 1 : 0;
+    if (up == 0) return RejectReason::None;
+    *why = "node " + std::to_string(node_id) + " is connected as incarnation " +
+           std::to_string(p->incarnation) + " (" + std::to_string(up) +
+           " lanes up); another instance claiming node " + std::to_string(node_id) +
+           " (incarnation " + std::to_string(incarnation) +
+           ") is refused: are two instances configured with cluster.node_id = " +
+           std::to_string(node_id) + "?";
+    return RejectReason::DuplicateNode;
 }
 
 // ---- control frames, heartbeats, acks
@@ -443,10 +565,7 @@ void Engine::send_control(tiers::ConnId conn, Lane* lane, FrameType type, uint16
     h.src_node = cfg_.identity.node_id;
     h.payload_len = len;
     h.ack = lane != nullptr ? lane->session.last_received() : 0;
-    uint8_t hdr[kFrameHeaderSize];
-    encode_frame_header(h, payload, hdr);
-    iovec iov[2] = {{hdr, sizeof hdr}, {const_cast<uint8_t*>(payload), len}};
-    if (!transport_->send(conn, iov, len > 0 ? 2 : 1)) {
+    if (!send_frame(conn, h, payload)) {
         close_conn(conn);
         return;
     }
@@ -474,9 +593,10 @@ void Engine::send_heartbeat(Peer& p, uint8_t kind, uint64_t ts_ns) {
 
 void Engine::on_heartbeat(Peer& p, const FrameHeader& h, const uint8_t* payload) {
     if (h.payload_len != kHeartbeatSize) {
-        report(ErrorType::MalformedFrame, Severity::Warning, p.addr.node_id,
-               "heartbeat of " + std::to_string(h.payload_len) + " bytes from node " +
-                   std::to_string(p.addr.node_id) + " ignored");
+        drop_conn(p.lanes[0].conn, p, ErrorType::MalformedFrame,
+                  "heartbeat of " + std::to_string(h.payload_len) + " bytes from node " +
+                      std::to_string(p.addr.node_id) + " (expected " +
+                      std::to_string(kHeartbeatSize) + ")");
         return;
     }
     uint32_t epoch = 0;
@@ -560,27 +680,41 @@ void Engine::declare_down(Peer& p, const std::string& why) {
     set_state(p, PeerState::Down);
 }
 
-void Engine::reset_peer(Peer& p, uint64_t new_incarnation) {
+void Engine::peer_restarted(Peer& p, uint64_t new_incarnation, tiers::ConnId keep) {
     report(ErrorType::PeerReset, Severity::Warning, p.addr.node_id,
            "node " + std::to_string(p.addr.node_id) + " restarted (incarnation " +
                std::to_string(p.incarnation) + " -> " + std::to_string(new_incarnation) +
-               "); its session is reset and requests in flight to it fail");
-    for (Lane& l : p.lanes) {
-        const size_t bytes = l.session.unacked_bytes();
-        const size_t msgs = l.session.reset();
-        l.transmitted = 0;
-        __atomic_fetch_sub(&p.shm->unacked_msgs, static_cast<uint64_t>(msgs), __ATOMIC_RELAXED);
-        __atomic_fetch_sub(&p.shm->unacked_bytes, static_cast<uint64_t>(bytes), __ATOMIC_RELAXED);
-        release_queued(p.addr.node_id, msgs, bytes);
-        l.ack_due_since_us = 0;
-    }
-    // Other lanes still connected to the old incarnation are stale.
+               "); its sessions are reset and requests in flight to it fail");
+    // Lanes still connected to the old incarnation are stale; each starts a
+    // new session in its next handshake (the new instance offers none).
     for (Lane& l : p.lanes)
-        if (l.up) close_conn(l.conn);
+        if (l.up && l.conn != keep) close_conn(l.conn);
     fail_outstanding(p.addr.node_id, PGRAC_IC_PEER_RESET);
-    // Frames to and from the old session may be lost: GES rebuilds its
-    // tables from the registries in a new epoch (same members).
     count(&shm_->membership.bump_requests);
+}
+
+void Engine::reset_lane(Peer& p, Lane& l, int lane) {
+    const size_t bytes = l.session.unacked_bytes();
+    const size_t msgs = l.session.reset();
+    l.transmitted = 0;
+    l.ack_due_since_us = 0;
+    __atomic_fetch_sub(&p.shm->unacked_msgs, static_cast<uint64_t>(msgs), __ATOMIC_RELAXED);
+    __atomic_fetch_sub(&p.shm->unacked_bytes, static_cast<uint64_t>(bytes), __ATOMIC_RELAXED);
+    release_queued(p.addr.node_id, msgs, bytes);
+    if (l.session_id == 0) return;  // nothing had been exchanged on it
+    count(&p.shm->session_resets);
+    host_.log(Severity::Warning, "session with node " + std::to_string(p.addr.node_id) + " lane " +
+                                     std::to_string(lane) + " starts again (" +
+                                     std::to_string(msgs) + " unacknowledged messages dropped)");
+    // Messages of the old session may be lost either way: their callers are
+    // told (PEER_RESET) and GES rebuilds its tables in a new epoch.
+    fail_outstanding(p.addr.node_id, PGRAC_IC_PEER_RESET);
+    count(&shm_->membership.bump_requests);
+}
+
+void Engine::drop_conn(tiers::ConnId id, Peer& p, ErrorType type, const std::string& why) {
+    report(type, Severity::Error, p.addr.node_id, why + "; connection dropped");
+    close_conn(id);
 }
 
 void Engine::update_state(Peer& p) {

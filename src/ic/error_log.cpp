@@ -20,13 +20,38 @@ namespace {
 constexpr size_t kTypes = static_cast<size_t>(ErrorType::kCount);
 
 const char* const kTypeNames[kTypes] = {
-    "malformed_frame",  "bad_checksum",     "oversized_message", "unknown_node",
-    "address_mismatch", "wrong_key",        "cluster_mismatch",  "system_mismatch",
-    "version_mismatch", "handshake_failed", "connect_failed",    "peer_down",
-    "peer_reset",       "queue_full",       "inbox_full",        "rpc_timeout",
-    "no_handler",       "handler_error",    "cq_overflow",       "qp_error",
-    "tier_fallback",    "internal",         "stale_epoch",       "wrong_source",
-    "replay_conflict",  "fenced",           "membership_change",
+    "malformed_frame",
+    "bad_checksum",
+    "oversized_message",
+    "unknown_node",
+    "address_mismatch",
+    "wrong_key",
+    "cluster_mismatch",
+    "system_mismatch",
+    "version_mismatch",
+    "handshake_failed",
+    "connect_failed",
+    "peer_down",
+    "peer_reset",
+    "queue_full",
+    "inbox_full",
+    "rpc_timeout",
+    "no_handler",
+    "handler_error",
+    "cq_overflow",
+    "qp_error",
+    "tier_fallback",
+    "internal",
+    "stale_epoch",
+    "wrong_source",
+    "replay_conflict",
+    "fenced",
+    "membership_change",
+    "duplicate_node",
+    "limit_mismatch",
+    "frame_auth_failed",
+    "unauthenticated_limit",
+    "accept_paused",
 };
 
 // A writer waits this long for an older writer of the same slot (which only
@@ -92,6 +117,11 @@ const char* severity_name(Severity s) {
 
 void ErrorLog::reset() {
     std::memset(static_cast<void*>(this), 0, sizeof(*this));
+}
+
+void ErrorLog::count_only(ErrorType type) {
+    const auto ti = static_cast<size_t>(type);
+    count(&totals[ti < kTypes ? ti : static_cast<size_t>(ErrorType::Internal)]);
 }
 
 void ErrorLog::add(ErrorType type, Severity severity, int32_t peer_node, int64_t time_us,

@@ -32,11 +32,16 @@ enum class ErrorType : uint16_t {
     QpError,
     TierFallback,
     Internal,
-    StaleEpoch,        // a GES message of an older membership epoch
-    WrongSource,       // a GES message from a node that may not send it
-    ReplayConflict,    // a replayed grant conflicts with a granted lock
-    Fenced,            // this node lost its lease and voided its global locks
-    MembershipChange,  // a new membership view was committed here
+    StaleEpoch,            // a GES message of an older membership epoch
+    WrongSource,           // a GES message from a node that may not send it
+    ReplayConflict,        // a replayed grant conflicts with a granted lock
+    Fenced,                // this node lost its lease and voided its global locks
+    MembershipChange,      // a new membership view was committed here
+    DuplicateNode,         // a second instance claims a node id that is connected
+    LimitMismatch,         // a peer built with another largest message
+    FrameAuthFailed,       // a frame's tag did not verify (forged, altered, replayed, reordered)
+    UnauthenticatedLimit,  // an accepted connection closed: too many still unauthenticated
+    AcceptPaused,          // accept failed (EMFILE, ...): not accepting for a while
     kCount
 };
 const char* error_type_name(ErrorType t);  // "wrong_key", ...
@@ -67,6 +72,9 @@ struct ErrorLog {
     // Records one error (counts it and keeps it in the ring). Thread/process safe.
     void add(ErrorType type, Severity severity, int32_t peer_node, int64_t time_us,
              const char* description);
+    // Counts one error in the totals only (a flood whose entries would push
+    // every other error out of the ring).
+    void count_only(ErrorType type);
     // Copies up to max entries, newest first; returns how many.
     size_t snapshot(ErrorEntry* out, size_t max) const;
     uint64_t total(ErrorType t) const;

@@ -60,6 +60,30 @@ uint32_t effective_limit(uint32_t max_payload) {
 
 }  // namespace
 
+const char* frame_type_name(FrameType t) {
+    switch (t) {
+        case FrameType::Hello:
+            return "Hello";
+        case FrameType::HelloReply:
+            return "HelloReply";
+        case FrameType::Auth:
+            return "Auth";
+        case FrameType::AuthOk:
+            return "AuthOk";
+        case FrameType::Reject:
+            return "Reject";
+        case FrameType::Heartbeat:
+            return "Heartbeat";
+        case FrameType::Ack:
+            return "Ack";
+        case FrameType::Message:
+            return "Message";
+        case FrameType::Backoff:
+            return "Backoff";
+    }
+    return "unknown";
+}
+
 const char* frame_error_name(FrameError e) {
     switch (e) {
         case FrameError::None:
@@ -84,7 +108,7 @@ const char* frame_error_name(FrameError e) {
     return "unknown";
 }
 
-void encode_frame_header(FrameHeader& h, const void* payload, uint8_t out[kFrameHeaderSize]) {
+void encode_frame_fields(const FrameHeader& h, uint8_t out[kFrameHeaderSize]) {
     put16(out + 0, kFrameMagic);
     out[2] = h.version;
     out[3] = static_cast<uint8_t>(h.type);
@@ -94,6 +118,10 @@ void encode_frame_header(FrameHeader& h, const void* payload, uint8_t out[kFrame
     put32(out + 12, h.seq);
     put32(out + 16, h.ack);
     put32(out + kCrcOffset, 0);
+}
+
+void encode_frame_header(FrameHeader& h, const void* payload, uint8_t out[kFrameHeaderSize]) {
+    encode_frame_fields(h, out);
     uint32_t crc = crc32c(out, kFrameHeaderSize);
     if (h.payload_len > 0) crc = crc32c(payload, h.payload_len, crc);
     h.crc = crc;

@@ -66,9 +66,14 @@ enum class FrameError : uint8_t {
 };
 inline constexpr int kFrameErrorCount = 9;
 
+// The frame type's name as docs/protocol.md spells it, e.g. "Heartbeat".
+const char* frame_type_name(FrameType t);
+
 // Stable lower-case name, e.g. "bad_checksum"; used in logs and the errors view.
 const char* frame_error_name(FrameError e);
 
+// Writes the 24-byte header with the crc field zero (what CRC and MAC cover).
+void encode_frame_fields(const FrameHeader& h, uint8_t out[kFrameHeaderSize]);
 // Fills h.crc over header+payload and writes the 24-byte header to out.
 void encode_frame_header(FrameHeader& h, const void* payload, uint8_t out[kFrameHeaderSize]);
 

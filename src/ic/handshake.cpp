@@ -23,8 +23,9 @@ namespace {
 using Nonce = std::array<uint8_t, kNonceSize>;
 using Proof = std::array<uint8_t, kProofSize>;
 
-constexpr char kAcceptorLabel[] = "pgrac-ic acceptor";
-constexpr char kDialerLabel[] = "pgrac-ic dialer";
+constexpr char kAcceptorLabel[] = "pgrac-ic v2 acceptor";
+constexpr char kDialerLabel[] = "pgrac-ic v2 dialer";
+constexpr char kKeysLabel[] = "pgrac-ic v2 session keys";
 constexpr size_t kMaxRejectDetail = 255;  // u8 length prefix
 constexpr size_t kMinKeyBytes = 16;
 constexpr off_t kMaxKeyFileBytes = 4096;  // a key file, not an arbitrary file
@@ -106,7 +107,7 @@ class Reader {
     std::string error_;
 };
 
-// ---- payloads
+// ---- payloads (docs/protocol.md, "Handshake")
 
 struct Hello {
     uint8_t min_version = 0;
@@ -114,20 +115,24 @@ struct Hello {
     std::string cluster;
     uint64_t system_id = 0;
     uint16_t node_id = 0;
-    uint64_t incarnation = 0;
-    uint32_t last_seq = 0;
     uint8_t lane = 0;
     Nonce nonce{};
 };
 
 struct HelloReply {
     uint8_t version = 0;
-    std::string cluster;
-    uint64_t system_id = 0;
-    uint16_t node_id = 0;
-    uint64_t incarnation = 0;
-    uint32_t last_seq = 0;
     Nonce nonce{};
+};
+
+// Auth (dialer) and AuthOk (acceptor) carry the same session fields; AuthOk
+// starts with the acceptor's node id.
+struct Offer {
+    uint16_t node_id = 0;  // AuthOk only
+    uint64_t incarnation = 0;
+    uint64_t session_id = 0;
+    uint32_t last_seq = 0;
+    uint32_t max_message = 0;
+    uint8_t protection = 0;
     Proof proof{};
 };
 
@@ -138,23 +143,27 @@ std::vector<uint8_t> encode_hello(const Hello& h) {
     put_string(b, h.cluster);
     put_le(b, h.system_id);
     put_le(b, h.node_id);
-    put_le(b, h.incarnation);
-    put_le(b, h.last_seq);
     put_le(b, h.lane);
     b.insert(b.end(), h.nonce.begin(), h.nonce.end());
     return b;
 }
 
-// Everything but the proof: this part goes into the transcript.
-std::vector<uint8_t> encode_hello_reply_body(const HelloReply& r) {
+std::vector<uint8_t> encode_hello_reply(const HelloReply& r) {
     std::vector<uint8_t> b;
     put_le(b, r.version);
-    put_string(b, r.cluster);
-    put_le(b, r.system_id);
-    put_le(b, r.node_id);
-    put_le(b, r.incarnation);
-    put_le(b, r.last_seq);
     b.insert(b.end(), r.nonce.begin(), r.nonce.end());
+    return b;
+}
+
+// Everything but the proof: this part goes into the transcript.
+std::vector<uint8_t> encode_offer_body(const Offer& o, bool with_node) {
+    std::vector<uint8_t> b;
+    if (with_node) put_le(b, o.node_id);
+    put_le(b, o.incarnation);
+    put_le(b, o.session_id);
+    put_le(b, o.last_seq);
+    put_le(b, o.max_message);
+    put_le(b, o.protection);
     return b;
 }
 
@@ -173,8 +182,6 @@ std::string parse_hello(const uint8_t* p, size_t n, Hello* h) {
     r.string(&h->cluster, kMaxClusterName, "cluster name");
     r.le(&h->system_id, "system identifier");
     r.le(&h->node_id, "node id");
-    r.le(&h->incarnation, "incarnation");
-    r.le(&h->last_seq, "last sequence received");
     r.le(&h->lane, "lane");
     r.bytes(h->nonce.data(), h->nonce.size(), "nonce");
     if (!r.finish()) return r.error();
@@ -187,20 +194,23 @@ std::string parse_hello(const uint8_t* p, size_t n, Hello* h) {
 std::string parse_hello_reply(const uint8_t* p, size_t n, HelloReply* h) {
     Reader r(p, n);
     r.le(&h->version, "version");
-    r.string(&h->cluster, kMaxClusterName, "cluster name");
-    r.le(&h->system_id, "system identifier");
-    r.le(&h->node_id, "node id");
-    r.le(&h->incarnation, "incarnation");
-    r.le(&h->last_seq, "last sequence received");
     r.bytes(h->nonce.data(), h->nonce.size(), "nonce");
-    r.bytes(h->proof.data(), h->proof.size(), "proof");
     return r.finish() ? std::string() : r.error();
 }
 
-std::string parse_auth(const uint8_t* p, size_t n, Proof* proof) {
+std::string parse_offer(const uint8_t* p, size_t n, bool with_node, Offer* o) {
     Reader r(p, n);
-    r.bytes(proof->data(), proof->size(), "proof");
-    return r.finish() ? std::string() : r.error();
+    if (with_node) r.le(&o->node_id, "node id");
+    r.le(&o->incarnation, "incarnation");
+    r.le(&o->session_id, "session id");
+    r.le(&o->last_seq, "last sequence received");
+    r.le(&o->max_message, "largest message");
+    r.le(&o->protection, "wire protection");
+    r.bytes(o->proof.data(), o->proof.size(), "proof");
+    if (!r.finish()) return r.error();
+    if (o->protection > kMaxWireProtection)
+        return "wire protection " + std::to_string(o->protection) + " is not a known mode";
+    return {};
 }
 
 std::string parse_reject(const uint8_t* p, size_t n, RejectReason* reason, std::string* detail) {
@@ -209,7 +219,7 @@ std::string parse_reject(const uint8_t* p, size_t n, RejectReason* reason, std::
     r.le(&code, "reason");
     r.string(detail, kMaxRejectDetail, "detail");
     if (!r.finish()) return r.error();
-    if (code == 0 || code > static_cast<uint16_t>(RejectReason::ShuttingDown))
+    if (code == 0 || code > kMaxRejectReason)
         return "reason code " + std::to_string(code) + " is not a known reason";
     *reason = static_cast<RejectReason>(code);
     return {};
@@ -257,30 +267,6 @@ std::string quoted(const std::string& s) {
         }
     }
     return q + "\"";
-}
-
-const char* frame_name(FrameType t) {
-    switch (t) {
-        case FrameType::Hello:
-            return "Hello";
-        case FrameType::HelloReply:
-            return "HelloReply";
-        case FrameType::Auth:
-            return "Auth";
-        case FrameType::AuthOk:
-            return "AuthOk";
-        case FrameType::Reject:
-            return "Reject";
-        case FrameType::Heartbeat:
-            return "Heartbeat";
-        case FrameType::Ack:
-            return "Ack";
-        case FrameType::Message:
-            return "Message";
-        case FrameType::Backoff:
-            return "Backoff";
-    }
-    return "unknown";
 }
 
 const char* state_phrase(Handshake::State s) {
@@ -343,6 +329,14 @@ const char* reject_reason_name(RejectReason r) {
             return "self_connect";
         case RejectReason::ShuttingDown:
             return "shutting_down";
+        case RejectReason::UnknownLane:
+            return "unknown_lane";
+        case RejectReason::LimitMismatch:
+            return "limit_mismatch";
+        case RejectReason::DuplicateNode:
+            return "duplicate_node";
+        case RejectReason::Busy:
+            return "busy";
     }
     return "unknown";
 }
@@ -368,41 +362,52 @@ std::vector<HandshakeOutput> Handshake::start() {
              nullptr);
         return out;
     }
-    my_nonce_ = random_nonce();
+    nonce_d_ = random_nonce();
     Hello h;
     h.min_version = kMinProtocolVersion;
     h.max_version = kMaxProtocolVersion;
     h.cluster = local_.cluster_name;
     h.system_id = local_.system_id;
     h.node_id = local_.node_id;
-    h.incarnation = local_.incarnation;
-    h.last_seq = policy_.last_seq_received(expected_peer_, pending_.lane);
     h.lane = pending_.lane;
-    h.nonce = my_nonce_;
+    h.nonce = nonce_d_;
     transcript_ = encode_hello(h);
     emit(&out, FrameType::Hello, transcript_);
     state_ = State::WaitHelloReply;
     return out;
 }
 
-void Handshake::on_frame(FrameType type, const uint8_t* payload, size_t len,
+void Handshake::on_frame(FrameType type, uint16_t src_node, const uint8_t* payload, size_t len,
                          std::vector<HandshakeOutput>* out) {
     if (state_ == State::Failed) return;  // the connection is being closed
+    // Every frame names its sender: the dialed node, or the node the Hello claimed.
+    const uint16_t sender = role_ == Role::Dialer ? expected_peer_ : claimed_;
+    if (sender != 0 && src_node != sender)
+        return fail(RejectReason::Malformed,
+                    std::string(frame_type_name(type)) + " frame from " + peer_name() +
+                        " claims source node " + std::to_string(src_node),
+                    out);
     if (type == FrameType::Reject) return on_reject(payload, len, out);
-    if (state_ == State::WaitHello && type == FrameType::Hello) return on_hello(payload, len, out);
+    if (state_ == State::WaitHello && type == FrameType::Hello) {
+        frame_src_ = src_node;
+        return on_hello(payload, len, out);
+    }
     if (state_ == State::WaitHelloReply && type == FrameType::HelloReply)
         return on_hello_reply(payload, len, out);
     if (state_ == State::WaitAuth && type == FrameType::Auth) return on_auth(payload, len, out);
-    if (state_ == State::WaitAuthOk && type == FrameType::AuthOk) return on_auth_ok(len, out);
+    if (state_ == State::WaitAuthOk && type == FrameType::AuthOk)
+        return on_auth_ok(payload, len, out);
     fail(RejectReason::Malformed,
-         std::string("unexpected ") + frame_name(type) + " frame from " + peer_name() + " " +
+         std::string("unexpected ") + frame_type_name(type) + " frame from " + peer_name() + " " +
              state_phrase(state_),
          out);
 }
 
 std::string Handshake::peer_name() const {
     if (role_ == Role::Dialer) return "peer node " + std::to_string(expected_peer_);
-    if (state_ != State::WaitHello) return "peer node " + std::to_string(pending_.node_id);
+    if (claimed_ != 0)
+        return "peer node " + std::to_string(claimed_) +
+               (peer_address_.empty() ? std::string() : " at " + peer_address_);
     return peer_address_.empty() ? std::string("the connecting peer")
                                  : "the peer at " + peer_address_;
 }
@@ -413,8 +418,13 @@ void Handshake::on_hello(const uint8_t* payload, size_t len, std::vector<Handsha
     if (!err.empty())
         return fail(RejectReason::Malformed, "malformed Hello from " + peer_name() + ": " + err,
                     out);
-
-    const std::string who = "peer node " + std::to_string(h.node_id);
+    // Nothing below is proven yet: refusals name their reason and nothing of
+    // this node's configuration (fail() sends no detail before the proof).
+    const std::string who = peer_name() + " (claims node " + std::to_string(h.node_id) + ")";
+    if (h.node_id != frame_src_)
+        return fail(RejectReason::Malformed,
+                    who + " sent its Hello in a frame from node " + std::to_string(frame_src_),
+                    out);
     const uint8_t lo = std::max(h.min_version, kMinProtocolVersion);
     const uint8_t hi = std::min(h.max_version, kMaxProtocolVersion);
     if (lo > hi)
@@ -435,40 +445,36 @@ void Handshake::on_hello(const uint8_t* payload, size_t len, std::vector<Handsha
                     out);
     if (h.node_id == local_.node_id)
         return fail(RejectReason::SelfConnect,
-                    peer_name() + " presented node id " + std::to_string(h.node_id) +
-                        ", which is this node's own id",
-                    out);
-    const RejectReason verdict = policy_.check_peer(h.node_id, peer_address_);
+                    who + " presented this node's own id " + std::to_string(h.node_id), out);
+    const RejectReason verdict = policy_.check_peer(h.node_id, peer_address_, h.lane);
     if (verdict == RejectReason::UnknownNode)
-        return fail(verdict, who + " is not in cluster.nodes", out);
+        return fail(verdict,
+                    who + ": node " + std::to_string(h.node_id) + " is not in cluster.nodes", out);
     if (verdict == RejectReason::AddressMismatch)
         return fail(verdict,
                     who + " connected from " + quoted(peer_address_) +
                         ", which is not its address in cluster.nodes",
                     out);
+    if (verdict == RejectReason::UnknownLane)
+        return fail(verdict,
+                    who + " asked for lane " + std::to_string(h.lane) +
+                        ", which this cluster does not have (cluster.tcp_paths)",
+                    out);
     if (verdict != RejectReason::None)
         return fail(verdict, who + " was refused: " + reject_reason_name(verdict), out);
 
+    claimed_ = h.node_id;
     pending_.node_id = h.node_id;
-    pending_.incarnation = h.incarnation;
-    pending_.last_seq_received = h.last_seq;
     pending_.lane = h.lane;
     pending_.version = hi;
-
+    nonce_d_ = h.nonce;
+    nonce_a_ = random_nonce();
     HelloReply r;
     r.version = hi;
-    r.cluster = local_.cluster_name;
-    r.system_id = local_.system_id;
-    r.node_id = local_.node_id;
-    r.incarnation = local_.incarnation;
-    r.last_seq = policy_.last_seq_received(h.node_id, h.lane);
-    my_nonce_ = random_nonce();
-    r.nonce = my_nonce_;
-    std::vector<uint8_t> reply = encode_hello_reply_body(r);
+    r.nonce = nonce_a_;
+    std::vector<uint8_t> reply = encode_hello_reply(r);
     transcript_.assign(payload, payload + len);
     transcript_.insert(transcript_.end(), reply.begin(), reply.end());
-    const Proof proof = compute_proof(local_.key, kAcceptorLabel, transcript_);
-    reply.insert(reply.end(), proof.begin(), proof.end());
     emit(out, FrameType::HelloReply, std::move(reply));
     state_ = State::WaitAuth;
 }
@@ -486,64 +492,158 @@ void Handshake::on_hello_reply(const uint8_t* payload, size_t len,
                         ", this node supports " +
                         version_range(kMinProtocolVersion, kMaxProtocolVersion),
                     out);
-    if (r.cluster != local_.cluster_name)
-        return fail(RejectReason::ClusterMismatch,
-                    who + " presented cluster name " + quoted(r.cluster) + ", expected " +
-                        quoted(local_.cluster_name),
-                    out);
-    if (r.system_id != local_.system_id)
-        return fail(RejectReason::SystemMismatch,
-                    who + " presented database system identifier " + std::to_string(r.system_id) +
-                        ", expected " + std::to_string(local_.system_id),
-                    out);
-    if (r.node_id != expected_peer_)
-        return fail(RejectReason::UnknownNode,
-                    "dialed node " + std::to_string(expected_peer_) +
-                        " but the peer answered as node " + std::to_string(r.node_id),
-                    out);
-
-    transcript_.insert(transcript_.end(), payload, payload + (len - kProofSize));
-    const Proof expected = compute_proof(local_.key, kAcceptorLabel, transcript_);
-    if (CRYPTO_memcmp(expected.data(), r.proof.data(), kProofSize) != 0)
-        return fail(RejectReason::WrongKey,
-                    who +
-                        " sent a HelloReply proof that does not verify with this node's key "
-                        "(cluster.auth_key_file differs)",
-                    out);
-
-    pending_.node_id = r.node_id;
-    pending_.incarnation = r.incarnation;
-    pending_.last_seq_received = r.last_seq;
+    transcript_.insert(transcript_.end(), payload, payload + len);
+    nonce_a_ = r.nonce;
     pending_.version = r.version;
+
+    const LaneState mine = policy_.lane_state(expected_peer_, pending_.lane);
+    Offer o;
+    o.incarnation = local_.incarnation;
+    o.session_id = mine.session_id;
+    o.last_seq = mine.last_seq_received;
+    o.max_message = local_.max_message;
+    o.protection = static_cast<uint8_t>(local_.protection);
+    pending_.offered_session = mine.session_id;
+    std::vector<uint8_t> auth = encode_offer_body(o, false);
+    transcript_.insert(transcript_.end(), auth.begin(), auth.end());
     const Proof proof = compute_proof(local_.key, kDialerLabel, transcript_);
-    emit(out, FrameType::Auth, std::vector<uint8_t>(proof.begin(), proof.end()));
+    transcript_.insert(transcript_.end(), proof.begin(), proof.end());
+    auth.insert(auth.end(), proof.begin(), proof.end());
+    emit(out, FrameType::Auth, std::move(auth));
     state_ = State::WaitAuthOk;
 }
 
 void Handshake::on_auth(const uint8_t* payload, size_t len, std::vector<HandshakeOutput>* out) {
-    Proof proof{};
-    std::string err = parse_auth(payload, len, &proof);
+    Offer d;
+    std::string err = parse_offer(payload, len, false, &d);
     if (!err.empty())
         return fail(RejectReason::Malformed, "malformed Auth from " + peer_name() + ": " + err,
                     out);
+    transcript_.insert(transcript_.end(), payload, payload + (len - kProofSize));
     const Proof expected = compute_proof(local_.key, kDialerLabel, transcript_);
-    if (CRYPTO_memcmp(expected.data(), proof.data(), kProofSize) != 0)
+    if (CRYPTO_memcmp(expected.data(), d.proof.data(), kProofSize) != 0)
         return fail(RejectReason::WrongKey,
                     peer_name() +
                         " sent an Auth proof that does not verify with this node's key "
                         "(cluster.auth_key_file differs)",
                     out);
-    emit(out, FrameType::AuthOk, {});
-    peer_ = pending_;
-    state_ = State::Done;
+    peer_authenticated_ = true;
+    transcript_.insert(transcript_.end(), d.proof.begin(), d.proof.end());
+    if (!admit_peer(pending_.node_id, d.max_message, d.incarnation, out)) return;
+
+    const LaneState mine = policy_.lane_state(pending_.node_id, pending_.lane);
+    pending_.incarnation = d.incarnation;
+    pending_.last_seq_received = d.last_seq;
+    pending_.max_message = d.max_message;
+    pending_.protection = static_cast<WireProtection>(
+        std::max(d.protection, static_cast<uint8_t>(local_.protection)));
+    pending_.offered_session = mine.session_id;
+
+    Offer a;
+    a.node_id = local_.node_id;
+    a.incarnation = local_.incarnation;
+    a.session_id = mine.session_id;
+    a.last_seq = mine.last_seq_received;
+    a.max_message = local_.max_message;
+    a.protection = static_cast<uint8_t>(pending_.protection);
+    std::vector<uint8_t> ok = encode_offer_body(a, true);
+    transcript_.insert(transcript_.end(), ok.begin(), ok.end());
+    const Proof proof = compute_proof(local_.key, kAcceptorLabel, transcript_);
+    transcript_.insert(transcript_.end(), proof.begin(), proof.end());
+    ok.insert(ok.end(), proof.begin(), proof.end());
+    emit(out, FrameType::AuthOk, std::move(ok));
+    finish(d.session_id, a.session_id);
 }
 
-void Handshake::on_auth_ok(size_t len, std::vector<HandshakeOutput>* out) {
-    if (len != 0)
-        return fail(RejectReason::Malformed,
-                    "malformed AuthOk from " + peer_name() + ": the payload has " +
-                        std::to_string(len) + " bytes, expected none",
+void Handshake::on_auth_ok(const uint8_t* payload, size_t len, std::vector<HandshakeOutput>* out) {
+    Offer a;
+    std::string err = parse_offer(payload, len, true, &a);
+    const std::string who = peer_name();
+    if (!err.empty())
+        return fail(RejectReason::Malformed, "malformed AuthOk from " + who + ": " + err, out);
+    transcript_.insert(transcript_.end(), payload, payload + (len - kProofSize));
+    const Proof expected = compute_proof(local_.key, kAcceptorLabel, transcript_);
+    if (CRYPTO_memcmp(expected.data(), a.proof.data(), kProofSize) != 0)
+        return fail(RejectReason::WrongKey,
+                    who +
+                        " sent an AuthOk proof that does not verify with this node's key "
+                        "(cluster.auth_key_file differs)",
                     out);
+    peer_authenticated_ = true;
+    transcript_.insert(transcript_.end(), a.proof.begin(), a.proof.end());
+    if (a.node_id != expected_peer_)
+        return fail(RejectReason::UnknownNode,
+                    "dialed node " + std::to_string(expected_peer_) +
+                        " but the peer answered as node " + std::to_string(a.node_id),
+                    out);
+    if (a.protection < static_cast<uint8_t>(local_.protection))
+        return fail(RejectReason::Malformed,
+                    who + " chose wire protection " +
+                        wire_protection_name(static_cast<WireProtection>(a.protection)) +
+                        ", weaker than this node's " + wire_protection_name(local_.protection),
+                    out);
+    if (!admit_peer(expected_peer_, a.max_message, a.incarnation, out)) return;
+    pending_.node_id = a.node_id;
+    pending_.incarnation = a.incarnation;
+    pending_.last_seq_received = a.last_seq;
+    pending_.max_message = a.max_message;
+    pending_.protection = static_cast<WireProtection>(a.protection);
+    finish(pending_.offered_session, a.session_id);
+}
+
+// Checks, on either side, that the authenticated peer can have a session:
+// the same largest message, and its owner admits this instance of the node.
+bool Handshake::admit_peer(uint16_t node, uint32_t max_message, uint64_t incarnation,
+                           std::vector<HandshakeOutput>* out) {
+    if (max_message != local_.max_message) {
+        fail(RejectReason::LimitMismatch,
+             peer_name() + " carries messages of up to " + std::to_string(max_message) +
+                 " bytes, this node up to " + std::to_string(local_.max_message) +
+                 " (PGRAC_IC_MAX_MESSAGE): build every node alike",
+             out);
+        return false;
+    }
+    std::string why;
+    const RejectReason admitted = policy_.admit(node, incarnation, &why);
+    if (admitted == RejectReason::None) return true;
+    fail(admitted, why, out);
+    return false;
+}
+
+// Both sides hold the same transcript now. A lane whose two sides offered the
+// same session continues it; otherwise both start a new one (the condition is
+// the same on both sides, so they never disagree about a reset). Two sides
+// that never had a session keep their pristine ones under the new id.
+void Handshake::finish(uint64_t dialer_session, uint64_t acceptor_session) {
+    std::vector<uint8_t> ikm = local_.key;
+    std::vector<uint8_t> salt(nonce_d_.begin(), nonce_d_.end());
+    salt.insert(salt.end(), nonce_a_.begin(), nonce_a_.end());
+    std::vector<uint8_t> info(kKeysLabel, kKeysLabel + sizeof kKeysLabel - 1);
+    uint8_t digest[EVP_MAX_MD_SIZE];
+    unsigned int dlen = 0;
+    if (EVP_Digest(transcript_.data(), transcript_.size(), digest, &dlen, EVP_sha256(), nullptr) !=
+        1)
+        throw std::runtime_error("SHA-256 failed while deriving session keys");
+    info.insert(info.end(), digest, digest + dlen);
+    std::vector<uint8_t> okm = hkdf_sha256(ikm, salt, info, 2 * kSessionKeySize + 8);
+    const uint8_t* d2a = okm.data();
+    const uint8_t* a2d = okm.data() + kSessionKeySize;
+    const bool dialer = role_ == Role::Dialer;
+    std::memcpy(pending_.keys.send.data(), dialer ? d2a : a2d, kSessionKeySize);
+    std::memcpy(pending_.keys.recv.data(), dialer ? a2d : d2a, kSessionKeySize);
+    uint64_t fresh = 0;
+    for (int i = 0; i < 8; ++i) fresh |= uint64_t{okm[2 * kSessionKeySize + i]} << (8 * i);
+    if (fresh == 0) fresh = 1;
+    OPENSSL_cleanse(okm.data(), okm.size());
+    OPENSSL_cleanse(ikm.data(), ikm.size());
+    if (dialer_session == acceptor_session && dialer_session != 0) {
+        pending_.session_id = dialer_session;
+        pending_.new_session = false;
+    } else {
+        pending_.session_id = fresh;
+        // Both pristine: nothing was ever exchanged on the lane, nothing to reset.
+        pending_.new_session = !(dialer_session == 0 && acceptor_session == 0);
+    }
     peer_ = pending_;
     state_ = State::Done;
 }
@@ -558,8 +658,8 @@ void Handshake::on_reject(const uint8_t* payload, size_t len, std::vector<Handsh
     rejected_by_peer_ = true;
     // The peer is closing: there is no one to send our own Reject to.
     fail(reason,
-         std::string("peer rejected the connection: ") + reject_reason_name(reason) + ": " +
-             quoted(detail),
+         peer_name() + " rejected the connection: " + reject_reason_name(reason) +
+             (detail.empty() ? std::string() : ": " + quoted(detail)),
          nullptr);
 }
 
@@ -567,10 +667,12 @@ void Handshake::fail(RejectReason r, std::string text, std::vector<HandshakeOutp
     state_ = State::Failed;
     reason_ = r;
     error_ = std::move(text);
-    emit(out, FrameType::Reject, encode_reject(r, error_));
+    // An unauthenticated peer learns the reason code and nothing else.
+    emit(out, FrameType::Reject, encode_reject(r, peer_authenticated_ ? error_ : std::string()));
 }
 
-std::optional<std::vector<uint8_t>> load_key_file(const std::string& path, std::string* error) {
+std::optional<std::vector<uint8_t>> load_key_file(const std::string& path, std::string* error,
+                                                  std::string* warning) {
     auto refuse = [&](std::string msg) -> std::optional<std::vector<uint8_t>> {
         if (error != nullptr) *error = std::move(msg);
         return std::nullopt;
@@ -620,6 +722,11 @@ std::optional<std::vector<uint8_t>> load_key_file(const std::string& path, std::
                       std::to_string(kMinKeyBytes) + " are required");
     }
     key.resize(got);
+    if (warning != nullptr && got < kRecommendedKeyBytes)
+        *warning = name + " holds " + std::to_string(got) + " bytes of key; use at least " +
+                   std::to_string(kRecommendedKeyBytes) +
+                   " random bytes (e.g. openssl rand -base64 48 > " + path +
+                   "), a short key can be guessed offline from a recorded handshake";
     return key;
 }
 

@@ -48,6 +48,7 @@ struct PeerShared {
     uint64_t rpcs_sent, rpcs_served;
     uint64_t retransmits, reconnects, duplicates_dropped;
     uint64_t requests_voided;  // retained RPC requests voided: their caller was told they failed
+    uint64_t session_resets;   // lane sessions both sides started again (handshake)
     uint64_t backpressure_stalls;        // sends that waited or failed on a full queue
     uint64_t queued_msgs, queued_bytes;  // accepted for this peer, not yet acked
     uint64_t unacked_msgs;               // listener's view: sent, not acked

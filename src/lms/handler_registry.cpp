@@ -20,6 +20,8 @@ HandlerEntry g_handlers[PGRAC_IC_MAX_MSG_TYPE + 1];
 // Built-in PING: the reply is the request body.
 int ping_handler(const pgrac_ic_message* msg, pgrac_ic_reply* reply) {
     if (reply == nullptr) return PGRAC_IC_OK;
+    // Never more than the reply buffer holds, whatever arrived.
+    if (msg->len > reply->capacity) return PGRAC_IC_REPLY_TOO_BIG;
     std::memcpy(reply->body, msg->body, msg->len);
     reply->len = msg->len;
     return PGRAC_IC_OK;

@@ -99,9 +99,16 @@ void handle_record(IcShared* shm, const uint8_t* rec, size_t len) {
     std::memcpy(&pre, rec, sizeof pre);
     MessageHeader mh;
     const uint8_t* payload = rec + sizeof pre;
-    if (len < sizeof pre + kMessageHeaderSize ||
+    if (len < sizeof pre + kMessageHeaderSize || pre.payload_len != len - sizeof pre ||
         decode_message_header(payload, pre.payload_len, &mh) != FrameError::None)
         return;
+    if (pre.payload_len - kMessageHeaderSize > PGRAC_IC_MAX_MESSAGE) {
+        // The listener refuses such messages where they arrive; this is the
+        // last line: no handler ever sees a body over the documented limit.
+        shm->errors.add(ErrorType::OversizedMessage, Severity::Error, pre.node, unix_time_us(),
+                        "message over PGRAC_IC_MAX_MESSAGE reached an LMS worker; dropped");
+        return;
+    }
     const bool is_rpc = (pre.flags & kFlagRpcRequest) != 0;
     pgrac_ic_message msg{mh.msg_type, pre.node, mh.route_key, payload + kMessageHeaderSize,
                          static_cast<uint32_t>(pre.payload_len - kMessageHeaderSize)};

@@ -45,6 +45,8 @@ class TransportHandler {
     virtual void on_frame(ConnId conn, const ic::FrameHeader& h, const uint8_t* payload) = 0;
     // The connection is gone. frame_error says whether bad input caused it.
     virtual void on_closed(ConnId conn, const std::string& reason, ic::FrameError frame_error) = 0;
+    // accept failed with err (EMFILE...); not accepting for pause_ms
+    virtual void on_accept_paused(int /*err*/, int /*pause_ms*/) {}
 };
 
 class Transport {
@@ -61,6 +63,9 @@ class Transport {
     virtual bool send(ConnId conn, const iovec* iov, int iovcnt) = 0;
     // Bytes accepted by send() but not yet written to the wire.
     virtual size_t queued_bytes(ConnId conn) const = 0;
+    // Largest payload this connection accepts from now on (a new connection
+    // starts with the transport's initial limit).
+    virtual void set_max_payload(ConnId /*conn*/, uint32_t /*max_payload*/) {}
     // Closes; on_closed is still reported (from a later poll()).
     virtual void close(ConnId conn) = 0;
     // A file descriptor that becomes readable when poll() has work; -1 if none.

@@ -57,14 +57,38 @@ std::string stored(const std::string& description) {
 }  // namespace
 
 TEST(ErrorLog, Names) {
-    const char* want[] = {
-        "malformed_frame",  "bad_checksum",     "oversized_message", "unknown_node",
-        "address_mismatch", "wrong_key",        "cluster_mismatch",  "system_mismatch",
-        "version_mismatch", "handshake_failed", "connect_failed",    "peer_down",
-        "peer_reset",       "queue_full",       "inbox_full",        "rpc_timeout",
-        "no_handler",       "handler_error",    "cq_overflow",       "qp_error",
-        "tier_fallback",    "internal",         "stale_epoch",       "wrong_source",
-        "replay_conflict",  "fenced",           "membership_change"};
+    const char* want[] = {"malformed_frame",
+                          "bad_checksum",
+                          "oversized_message",
+                          "unknown_node",
+                          "address_mismatch",
+                          "wrong_key",
+                          "cluster_mismatch",
+                          "system_mismatch",
+                          "version_mismatch",
+                          "handshake_failed",
+                          "connect_failed",
+                          "peer_down",
+                          "peer_reset",
+                          "queue_full",
+                          "inbox_full",
+                          "rpc_timeout",
+                          "no_handler",
+                          "handler_error",
+                          "cq_overflow",
+                          "qp_error",
+                          "tier_fallback",
+                          "internal",
+                          "stale_epoch",
+                          "wrong_source",
+                          "replay_conflict",
+                          "fenced",
+                          "membership_change",
+                          "duplicate_node",
+                          "limit_mismatch",
+                          "frame_auth_failed",
+                          "unauthenticated_limit",
+                          "accept_paused"};
     static_assert(sizeof(want) / sizeof(want[0]) == kTypes, "one name per type");
     for (size_t i = 0; i < kTypes; i++) {
         EXPECT_STREQ(error_type_name(static_cast<ErrorType>(i)), want[i]);
