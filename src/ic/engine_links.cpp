@@ -529,6 +529,7 @@ RejectReason Engine::check_peer(uint16_t node_id, const std::string& peer_addres
     bool known = false;
     for (const std::string& h : p->numeric_hosts) known = known || h == addr;
     if (!known) return RejectReason::AddressMismatch;
+    if (p->dialer) return RejectReason::WrongDirection;  // we dial it: one connection per lane
     if (lane >= p->lanes.size()) return RejectReason::UnknownLane;
     if (shutting_down_) return RejectReason::ShuttingDown;
     return RejectReason::None;

@@ -337,6 +337,8 @@ const char* reject_reason_name(RejectReason r) {
             return "duplicate_node";
         case RejectReason::Busy:
             return "busy";
+        case RejectReason::WrongDirection:
+            return "wrong_direction";
     }
     return "unknown";
 }
@@ -454,6 +456,11 @@ void Handshake::on_hello(const uint8_t* payload, size_t len, std::vector<Handsha
         return fail(verdict,
                     who + " connected from " + quoted(peer_address_) +
                         ", which is not its address in cluster.nodes",
+                    out);
+    if (verdict == RejectReason::WrongDirection)
+        return fail(verdict,
+                    who + " dialed, but this node has the lower id and dials node " +
+                        std::to_string(h.node_id) + " itself",
                     out);
     if (verdict == RejectReason::UnknownLane)
         return fail(verdict,

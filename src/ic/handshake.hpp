@@ -54,9 +54,10 @@ enum class RejectReason : uint16_t {
     UnknownLane = 10,    // a lane this cluster does not have (cluster.tcp_paths)
     LimitMismatch = 11,  // another largest message body (PGRAC_IC_MAX_MESSAGE)
     DuplicateNode = 12,  // another instance with this node id is connected
-    Busy = 13,           // too many unauthenticated connections
+    Busy = 13,            // too many unauthenticated connections
+    WrongDirection = 14,  // the node with the lower id dials; this one should not
 };
-inline constexpr uint16_t kMaxRejectReason = 13;
+inline constexpr uint16_t kMaxRejectReason = 14;
 // Stable lower-case name, e.g. "wrong_key".
 const char* reject_reason_name(RejectReason r);
 

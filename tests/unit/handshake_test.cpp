@@ -600,6 +600,7 @@ TEST(Handshake, RejectReasonNames) {
     EXPECT_STREQ(reject_reason_name(RejectReason::LimitMismatch), "limit_mismatch");
     EXPECT_STREQ(reject_reason_name(RejectReason::DuplicateNode), "duplicate_node");
     EXPECT_STREQ(reject_reason_name(RejectReason::Busy), "busy");
+    EXPECT_STREQ(reject_reason_name(RejectReason::WrongDirection), "wrong_direction");
     EXPECT_STREQ(reject_reason_name(static_cast<RejectReason>(kMaxRejectReason + 1)), "unknown");
 }
 
