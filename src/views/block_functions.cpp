@@ -138,27 +138,33 @@ bytea* page_bytea(const uint8_t* entry) {
     return out;
 }
 
-// Up to `count` blocks from rq.first into `pages` (kBlockSize each) and
-// `lsns` (may be nullptr), as many RPCs as needed; stops at the end of the
-// fork. Returns the number of blocks.
-int fetch_into(int node, BlockRequest rq, int count, void* pages, uint64_t* lsns) {
-    int done = 0;
+// Up to `count` blocks from rq.first, as many RPCs as needed, stopping at the
+// end of the fork: calls each(entry, i) for the i-th block's reply entry
+// (u32 blkno | u64 LSN | page). Returns the number of blocks.
+template <typename Each>
+int64 for_each_block(int node, BlockRequest rq, int64 count, Each each) {
+    int64 done = 0;
     while (done < count) {
         CHECK_FOR_INTERRUPTS();
-        rq.count = static_cast<uint16_t>(Min(static_cast<int>(kMaxBlocksPerReply), count - done));
+        rq.count = static_cast<uint16_t>(Min(static_cast<int64>(kMaxBlocksPerReply), count - done));
         uint32_t nblocks, n;
         uint8_t* buf = fetch(node, rq, &nblocks, &n);
         const uint8_t* e = buf + kBlockReplyHeader;
-        for (uint32_t i = 0; i < n; i++, e += kBlockEntryHeader + kBlockSize, done++) {
-            std::memcpy(static_cast<uint8_t*>(pages) + static_cast<size_t>(done) * kBlockSize,
-                        e + kBlockEntryHeader, kBlockSize);
-            if (lsns != nullptr) lsns[done] = get_u64(e + 4);
-        }
+        for (uint32_t i = 0; i < n; i++, e += kBlockEntryHeader + kBlockSize) each(e, done++);
         pfree(buf);
         if (static_cast<uint64_t>(rq.first) + n >= nblocks) break;
         rq.first += n;
     }
     return done;
+}
+
+// The same into `pages` (kBlockSize each) and `lsns` (may be nullptr).
+int fetch_into(int node, const BlockRequest& rq, int count, void* pages, uint64_t* lsns) {
+    return static_cast<int>(for_each_block(node, rq, count, [&](const uint8_t* e, int64 i) {
+        std::memcpy(static_cast<uint8_t*>(pages) + static_cast<size_t>(i) * kBlockSize,
+                    e + kBlockEntryHeader, kBlockSize);
+        if (lsns != nullptr) lsns[i] = get_u64(e + 4);
+    }));
 }
 
 }  // namespace
@@ -212,31 +218,20 @@ Datum pgrac_fetch_block_tag(PG_FUNCTION_ARGS) {
 // relation (an error only if `first` is already past it).
 Datum pgrac_fetch_blocks(PG_FUNCTION_ARGS) {
     const int node = PG_GETARG_INT32(0);
-    BlockRequest rq = relation_request(PG_GETARG_OID(1), PG_GETARG_TEXT_PP(4), PG_GETARG_INT64(2));
+    const BlockRequest rq =
+        relation_request(PG_GETARG_OID(1), PG_GETARG_TEXT_PP(4), PG_GETARG_INT64(2));
     const int count = PG_GETARG_INT32(3);
     if (count < 0)
         ereport(ERROR,
                 (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("count must not be negative")));
     InitMaterializedSRF(fcinfo, 0);
     ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
-    int64 done = 0;
-    while (done < count) {
-        CHECK_FOR_INTERRUPTS();
-        rq.count = static_cast<uint16_t>(Min(static_cast<int64>(kMaxBlocksPerReply), count - done));
-        uint32_t nblocks, n;
-        uint8_t* buf = fetch(node, rq, &nblocks, &n);
-        const uint8_t* e = buf + kBlockReplyHeader;
-        for (uint32_t i = 0; i < n; i++, e += kBlockEntryHeader + kBlockSize) {
-            Datum v[3] = {Int64GetDatum(get_u32(e)), LSNGetDatum(get_u64(e + 4)),
-                          PointerGetDatum(page_bytea(e))};
-            bool nulls[3] = {false, false, false};
-            tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, v, nulls);
-        }
-        pfree(buf);
-        done += n;
-        if (static_cast<uint64_t>(rq.first) + n >= nblocks) break;
-        rq.first += n;
-    }
+    for_each_block(node, rq, count, [&](const uint8_t* e, int64) {
+        Datum v[3] = {Int64GetDatum(get_u32(e)), LSNGetDatum(get_u64(e + 4)),
+                      PointerGetDatum(page_bytea(e))};
+        bool nulls[3] = {false, false, false};
+        tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, v, nulls);
+    });
     return (Datum)0;
 }
 
