@@ -192,11 +192,11 @@ COMMENT ON FUNCTION pgrac_fetch_block(int, regclass, bigint, text) IS
     'The page image of a block as it is in node''s buffer pool (or storage), shipped over the interconnect';
 
 CREATE FUNCTION pgrac_fetch_block_tag(node int, spcoid oid, dboid oid, relnumber oid, fork text,
-                                      blkno bigint)
+                                      blkno bigint, reloid oid DEFAULT 0)
 RETURNS bytea
 AS 'MODULE_PATHNAME', 'pgrac_fetch_block_tag' LANGUAGE C STRICT VOLATILE;
-COMMENT ON FUNCTION pgrac_fetch_block_tag(int, oid, oid, oid, text, bigint) IS
-    'The page image of a block named by its BufferTag, from node';
+COMMENT ON FUNCTION pgrac_fetch_block_tag(int, oid, oid, oid, text, bigint, oid) IS
+    'The page image of a block named by its BufferTag (and the OID of its relation, 0: found in this database), from node; superuser only';
 
 CREATE FUNCTION pgrac_fetch_blocks(node int, rel regclass, first bigint, count int,
                                    fork text DEFAULT 'main')
@@ -228,7 +228,7 @@ REVOKE ALL ON FUNCTION pgrac_ges_lock(text, text, int), pgrac_ges_lock(bigint, t
     pgrac_ges_resource(text), pgrac_ges_bench(text, text, int), pgrac_ges_locks(),
     pgrac_ges_lock_token(text),
     pgrac_fetch_block(int, regclass, bigint, text),
-    pgrac_fetch_block_tag(int, oid, oid, oid, text, bigint),
+    pgrac_fetch_block_tag(int, oid, oid, oid, text, bigint, oid),
     pgrac_fetch_blocks(int, regclass, bigint, int, text),
     pgrac_fetch_block_bench(int, regclass, int, int) FROM PUBLIC;
 REVOKE ALL ON pg_cluster_ges_locks FROM PUBLIC;

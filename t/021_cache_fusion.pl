@@ -80,11 +80,11 @@ my ($rc, $out, $err) = $n2->psql('postgres',
 like($err, qr/beyond the end of relation .* \($nblocks blocks\)/, 'block past the end: clear error');
 $n1->safe_psql('postgres', 'DROP TABLE dropme');
 ($rc, $out, $err) = $n2->psql('postgres', "SELECT pgrac_fetch_block(1, 'dropme', 0)");
-like($err, qr/does not exist on node 1|is empty or was dropped on node 1/,
-	'relation dropped on the server: clear error');
+like($err, qr/relation \d+ does not exist in database \d+ on node 1/,
+	'relation dropped on the server: refused by its catalog there');
 ($rc, $out, $err) = $n2->psql('postgres',
 	"SELECT pgrac_fetch_block_tag(1, 1663, 5, 4000000000, 'main', 0)");
-like($err, qr/relation 1663\/5\/4000000000 fork "main" does not exist on node 1/, 'unknown relation: clear error');
+like($err, qr/no relation of this database has storage 1663\/5\/4000000000/, 'unknown relation: clear error');
 ($rc, $out, $err) = $n2->psql('postgres', "SELECT pgrac_fetch_block(1, 'pgbench_accounts', 0, 'nosuchfork')");
 like($err, qr/invalid fork name/, 'bad fork name');
 # After the errors the LMS still serves, and nothing stayed pinned on node 1.
@@ -125,7 +125,7 @@ like($err, qr/cannot fetch blocks of relation "cf_rls": row-level security/,
 ($rc, $out, $err) = $n2->psql('postgres',
 	"SET ROLE cf_exec; SELECT pgrac_fetch_block_tag(1, 1663, 5, 16397, 'main', 0)");
 like($err, qr/permission denied to fetch blocks by BufferTag/,
-	'fetch by BufferTag needs superuser or pg_read_all_data');
+	'fetch by BufferTag needs superuser');
 $n2->safe_psql('postgres', 'GRANT SELECT ON pgbench_accounts TO cf_exec');
 is( $n2->safe_psql('postgres',
 		"SET ROLE cf_exec; SELECT length(pgrac_fetch_block(1, 'pgbench_accounts', 0))"),

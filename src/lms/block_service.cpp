@@ -4,16 +4,21 @@
 //
 // The LMS worker has no transaction, so nothing would release a buffer pin or
 // content lock on error: the handler does it itself (PG_CATCH: abort buffer
-// I/O, release LWLocks and the pins held by its own ResourceOwner), and
-// closes the smgr relation after every request so that a dropped relation is
-// never read through a stale file descriptor.
+// I/O, release LWLocks and the pins held by its own ResourceOwner, release the
+// session locks on the database and relation), and closes the smgr relations
+// after every request so that a dropped relation is never read through a
+// stale file descriptor. A request is served only under AccessShareLock on its
+// relation and only if it names the relation's current storage
+// (block_identity.hpp).
 extern "C" {
 #include "postgres.h"
 
+#include "catalog/pg_database_d.h"
 #include "common/relpath.h"
 #include "miscadmin.h"
 #include "storage/bufmgr.h"
 #include "storage/bufpage.h"
+#include "storage/lock.h"
 #include "storage/lwlock.h"
 #include "storage/smgr.h"
 #include "utils/resowner.h"
@@ -22,6 +27,7 @@ extern "C" {
 #include <cstring>
 
 #include "guc.hpp"
+#include "lms/block_identity.hpp"
 #include "lms/block_service.hpp"
 #include "lms/handler_registry.hpp"
 #include "lms/ges_service.hpp"
@@ -60,72 +66,119 @@ __attribute__((noinline)) void copy_blocks(RelFileNode rnode, ForkNumber forknum
     }
 }
 
-int serve_blocks(RelFileNode rnode, ForkNumber forknum, BlockNumber first, uint32_t count,
-                 pgrac_ic_reply* reply);
+int serve_blocks(Oid db, Oid relid, RelFileNode rnode, ForkNumber forknum, BlockNumber first,
+                 uint32_t count, pgrac_ic_reply* reply);
 
 int block_fetch_handler(const pgrac_ic_message* msg, pgrac_ic_reply* reply) {
     if (reply == nullptr) return PGRAC_IC_OK;
     const uint8_t* b = static_cast<const uint8_t*>(msg->body);
-    if (msg->len != kBlockRequestSize || b[13] != 0)
+    if (msg->len != kBlockRequestSize || b[17] != 0)
         ereport(ERROR, (errcode(ERRCODE_PROTOCOL_VIOLATION),
                         errmsg("malformed block request of %u bytes", msg->len)));
+    const Oid db = get_u32(b);
+    const Oid relid = get_u32(b + 4);
     RelFileNode rnode;
-    rnode.spcNode = get_u32(b);
-    rnode.dbNode = get_u32(b + 4);
-    rnode.relNode = get_u32(b + 8);
-    const int fork = b[12];
-    const uint32_t count = get_u16(b + 14);
-    const BlockNumber first = get_u32(b + 16);
-    if (fork > MAX_FORKNUM || count < 1 || count > kMaxBlocksPerReply)
-        ereport(ERROR,
-                (errcode(ERRCODE_PROTOCOL_VIOLATION),
-                 errmsg("block request with fork %d and count %u is out of range", fork, count)));
-    return serve_blocks(rnode, static_cast<ForkNumber>(fork), first, count, reply);
+    rnode.spcNode = get_u32(b + 8);
+    rnode.dbNode = db;
+    rnode.relNode = get_u32(b + 12);
+    const int fork = b[16];
+    const uint32_t count = get_u16(b + 18);
+    const BlockNumber first = get_u32(b + 20);
+    if (fork > MAX_FORKNUM || count < 1 || count > kMaxBlocksPerReply || !OidIsValid(relid))
+        ereport(ERROR, (errcode(ERRCODE_PROTOCOL_VIOLATION),
+                        errmsg("block request with relation %u, fork %d and count %u is out of "
+                               "range",
+                               relid, fork, count)));
+    return serve_blocks(db, relid, rnode, static_cast<ForkNumber>(fork), first, count, reply);
 }
 
-// The part that may longjmp with buffers pinned: kept apart from the decoding
-// so that no inlined decoder variable lives across the PG_TRY.
-__attribute__((noinline)) int serve_blocks(RelFileNode rnode, ForkNumber forknum, BlockNumber first,
-                                           uint32_t count, pgrac_ic_reply* reply) {
+// AccessShareLock on `tag` as a session lock, never waiting: a DDL holding or
+// awaiting a conflicting lock makes the request fail at once (the LMS must
+// not block), and the requester may retry.
+void lock_or_refuse(const LOCKTAG* tag, const char* what, Oid db, Oid oid) {
+    if (LockAcquire(tag, AccessShareLock, true, true) == LOCKACQUIRE_NOT_AVAIL)
+        ereport(ERROR, (errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+                        errmsg("%s %u of database %u is locked by a concurrent DDL on node %d, "
+                               "retry",
+                               what, oid, db, pgrac_node_id)));
+}
+
+// Reads the blocks; runs with the relation locked, under the PG_TRY of
+// serve_blocks (errors leave pins and content locks to its PG_CATCH).
+__attribute__((noinline)) void read_blocks(Oid db, Oid relid, RelFileNode rnode, ForkNumber forknum,
+                                           BlockNumber first, uint32_t count,
+                                           pgrac_ic_reply* reply) {
     const int fork = forknum;
+    // After the lock: a DROP, TRUNCATE or rewrite of the relation has either
+    // committed (the catalog says so: refused) or cannot commit before we
+    // release the lock. PostgreSQL unlinks files after releasing locks and
+    // relies on readers consulting the catalog; this is that consultation.
+    verify_block_identity(db, relid, rnode);
     SMgrRelation sr = smgropen(rnode, InvalidBackendId);
-    if (!smgrexists(sr, forknum)) {
-        smgrclose(sr);
+    if (!smgrexists(sr, forknum))
         ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
                         errmsg("relation %u/%u/%u fork \"%s\" does not exist on node %d "
                                "(dropped, or never created there)",
                                rnode.spcNode, rnode.dbNode, rnode.relNode, forkNames[fork],
                                pgrac_node_id)));
-    }
     const BlockNumber nblocks = smgrnblocks(sr, forknum);
-    if (nblocks == 0) {
-        smgrclose(sr);
+    if (nblocks == 0)
         ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
                         errmsg("relation %u/%u/%u fork \"%s\" is empty or was dropped on node %d",
                                rnode.spcNode, rnode.dbNode, rnode.relNode, forkNames[fork],
                                pgrac_node_id)));
-    }
-    if (first >= nblocks) {
-        smgrclose(sr);
+    if (first >= nblocks)
         ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                         errmsg("block %u is beyond the end of relation %u/%u/%u fork \"%s\" on "
                                "node %d (%u blocks)",
                                first, rnode.spcNode, rnode.dbNode, rnode.relNode, forkNames[fork],
                                pgrac_node_id, nblocks)));
-    }
     const uint32_t n = Min(count, nblocks - first);
+    uint8_t* out = static_cast<uint8_t*>(reply->body);
+    write_header(out, nblocks, n);
+    copy_blocks(rnode, forknum, first, n, out + kBlockReplyHeader);
+    // Only a DDL that does not conflict with AccessShareLock could have
+    // changed the relation meanwhile (docs/cache_fusion.md): never ship what
+    // it replaced.
+    if (!block_identity_holds(db, relid, rnode))
+        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                        errmsg("relation %u of database %u changed on node %d while its blocks "
+                               "were read, retry",
+                               relid, db, pgrac_node_id)));
+    reply->len = kBlockReplyHeader + n * (kBlockEntryHeader + BLCKSZ);
+}
+
+// The part that may longjmp with buffers pinned or locks held: kept apart
+// from the decoding so that no inlined decoder variable lives across the
+// PG_TRY.
+__attribute__((noinline)) int serve_blocks(Oid db, Oid relid, RelFileNode rnode, ForkNumber forknum,
+                                           BlockNumber first, uint32_t count,
+                                           pgrac_ic_reply* reply) {
+    // The database first (DROP DATABASE and ALTER DATABASE SET TABLESPACE
+    // remove its files while they hold it), then the relation.
+    LOCKTAG dbtag, reltag;
+    SET_LOCKTAG_OBJECT(dbtag, InvalidOid, DatabaseRelationId, db, 0);
+    SET_LOCKTAG_RELATION(reltag, db, relid);
+    const bool shared = db == InvalidOid;
+    if (!shared) lock_or_refuse(&dbtag, "database", db, db);
+    PG_TRY();
+    { lock_or_refuse(&reltag, "relation", db, relid); }
+    PG_CATCH();
+    {
+        if (!shared) LockRelease(&dbtag, AccessShareLock, true);
+        PG_RE_THROW();
+    }
+    PG_END_TRY();
 
     if (g_owner == nullptr) g_owner = ResourceOwnerCreate(nullptr, "pgrac_ic block service");
     ResourceOwner saved = CurrentResourceOwner;
     CurrentResourceOwner = g_owner;
-    uint8_t* out = static_cast<uint8_t*>(reply->body);
-    write_header(out, nblocks, n);
     PG_TRY();
-    { copy_blocks(rnode, forknum, first, n, out + kBlockReplyHeader); }
+    { read_blocks(db, relid, rnode, forknum, first, count, reply); }
     PG_CATCH();
     {
         // Whatever ReadBuffer or LockBuffer left behind: I/O in progress, the
-        // content lock, the pin (tracked by g_owner).
+        // content lock, the pin (tracked by g_owner); then the relation locks.
         HOLD_INTERRUPTS();
         AbortBufferIO();
         LWLockReleaseAll();
@@ -134,13 +187,18 @@ __attribute__((noinline)) int serve_blocks(RelFileNode rnode, ForkNumber forknum
         ResourceOwnerRelease(g_owner, RESOURCE_RELEASE_AFTER_LOCKS, false, false);
         CurrentResourceOwner = saved;
         smgrcloseall();
+        reset_block_identity_cache();
+        LockRelease(&reltag, AccessShareLock, true);
+        if (!shared) LockRelease(&dbtag, AccessShareLock, true);
         RESUME_INTERRUPTS();
         PG_RE_THROW();
     }
     PG_END_TRY();
     CurrentResourceOwner = saved;
-    smgrclose(sr);
-    reply->len = kBlockReplyHeader + n * (kBlockEntryHeader + BLCKSZ);
+    // Also pg_class's: a request never reads through a stale file descriptor.
+    smgrcloseall();
+    LockRelease(&reltag, AccessShareLock, true);
+    if (!shared) LockRelease(&dbtag, AccessShareLock, true);
     return PGRAC_IC_OK;
 }
 

@@ -2,9 +2,13 @@
 // ships pages from this instance's buffer pool, and its wire format, shared
 // with the SQL functions in src/views/block_functions.cpp.
 //
-// Request (kMsgBlockFetch, an RPC), 20 bytes little-endian:
-//   u32 spcOid | u32 dbOid | u32 relNumber | u8 fork | u8 reserved (0)
+// Request (kMsgBlockFetch, an RPC), 24 bytes little-endian:
+//   u32 dbOid (0: a shared catalog) | u32 relOid (the pg_class oid)
+//   | u32 spcOid | u32 relNumber (the relfilenode) | u8 fork | u8 reserved (0)
 //   | u16 count (1..kMaxBlocksPerReply) | u32 first block
+// The server locks relation (dbOid, relOid) and serves the blocks only if
+// spcOid/dbOid/relNumber is that relation's storage there
+// (src/lms/block_identity.hpp).
 // Reply: u32 nblocks of the fork | u16 count | u16 reserved, then count times
 //   u32 blkno | u64 page LSN | BLCKSZ bytes of page image
 // The reply holds min(count, nblocks - first) blocks; first >= nblocks, a
@@ -18,7 +22,7 @@
 
 namespace pgrac::glue {
 
-inline constexpr uint32_t kBlockRequestSize = 20;
+inline constexpr uint32_t kBlockRequestSize = 24;
 inline constexpr uint32_t kBlockReplyHeader = 8;
 inline constexpr uint32_t kBlockEntryHeader = 12;
 inline constexpr uint32_t kBlockSize = 8192;  // BLCKSZ; checked against it in the .cpp
@@ -26,7 +30,8 @@ inline constexpr uint32_t kMaxBlocksPerReply =
     (PGRAC_IC_MAX_MESSAGE - kBlockReplyHeader) / (kBlockEntryHeader + kBlockSize);  // 7
 
 struct BlockRequest {
-    uint32_t spc, db, rel;
+    uint32_t db, relid;  // the relation: database (0 if shared) and pg_class oid
+    uint32_t spc, rel;   // its storage: tablespace and relfilenode
     uint8_t fork;
     uint16_t count;
     uint32_t first;
@@ -57,13 +62,14 @@ inline uint64_t get_u64(const uint8_t* p) {
 }
 
 inline void encode_block_request(const BlockRequest& r, uint8_t out[kBlockRequestSize]) {
-    put_u32(out, r.spc);
-    put_u32(out + 4, r.db);
-    put_u32(out + 8, r.rel);
-    out[12] = r.fork;
-    out[13] = 0;
-    put_u16(out + 14, r.count);
-    put_u32(out + 16, r.first);
+    put_u32(out, r.db);
+    put_u32(out + 4, r.relid);
+    put_u32(out + 8, r.spc);
+    put_u32(out + 12, r.rel);
+    out[16] = r.fork;
+    out[17] = 0;
+    put_u16(out + 18, r.count);
+    put_u32(out + 20, r.first);
 }
 
 // The route_key of a block request: one relation's blocks spread over the

@@ -1,0 +1,184 @@
+// Serving-side identity of a block request (block_identity.hpp). The LMS has
+// no database connection, hence no relcache or syscache for the relation's
+// database: it reads that database's relation map (pg_filenode.map, as
+// CREATE DATABASE ... STRATEGY wal_log does for its source) to find pg_class,
+// and pg_class's heap pages through the buffer pool, keeping the row whose
+// oid is the relation's and that is valid now (SnapshotSelf: its inserter
+// committed, no committed deleter). Where a relation's row was found last is
+// remembered, so that a repeated request reads one pg_class page.
+extern "C" {
+#include "postgres.h"
+
+#include <unistd.h>
+
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/multixact.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_tablespace_d.h"
+#include "common/relpath.h"
+#include "storage/bufmgr.h"
+#include "storage/bufpage.h"
+#include "storage/smgr.h"
+#include "utils/relmapper.h"
+#include "utils/snapmgr.h"
+}
+
+#include <cstring>
+
+#include "guc.hpp"
+#include "lms/block_identity.hpp"
+
+namespace pgrac::glue {
+
+namespace {
+
+struct ClassRow {
+    bool found;
+    Oid relfilenode, reltablespace;
+    char relkind, relpersistence;
+};
+
+// Where relid's pg_class row was last found (direct-mapped, per LMS worker).
+struct RowPlace {
+    Oid db, relid, classfile;
+    BlockNumber blk;
+    OffsetNumber off;
+};
+constexpr uint32_t kPlaces = 256;
+RowPlace g_places[kPlaces];
+
+RowPlace* place_of(Oid db, Oid relid) {
+    return &g_places[(db * 31u + relid) % kPlaces];
+}
+
+// A database's default tablespace is the one that holds its relation map:
+// the relation's own tablespace or pg_default (InvalidOid if neither).
+Oid database_tablespace(Oid db, Oid spc) {
+    const Oid candidates[2] = {spc, DEFAULTTABLESPACE_OID};
+    for (const Oid c : candidates) {
+        if (c == GLOBALTABLESPACE_OID) continue;
+        char* dir = GetDatabasePath(db, c);
+        char file[MAXPGPATH];
+        snprintf(file, sizeof file, "%s/pg_filenode.map", dir);
+        pfree(dir);
+        if (access(file, F_OK) == 0) return c;
+    }
+    return InvalidOid;
+}
+
+// The tuple at off of a share-locked pg_class page, if it is relid's valid row.
+bool row_at(Buffer buf, BlockNumber blk, OffsetNumber off, Oid relid, ClassRow* out) {
+    const Page page = BufferGetPage(buf);
+    if (off < FirstOffsetNumber || off > PageGetMaxOffsetNumber(page)) return false;
+    const ItemId iid = PageGetItemId(page, off);
+    if (!ItemIdIsNormal(iid)) return false;
+    HeapTupleData tup;
+    tup.t_data = reinterpret_cast<HeapTupleHeader>(PageGetItem(page, iid));
+    tup.t_len = ItemIdGetLength(iid);
+    tup.t_tableOid = RelationRelationId;
+    ItemPointerSet(&tup.t_self, blk, off);
+    if (tup.t_len < tup.t_data->t_hoff + offsetof(FormData_pg_class, relpersistence) + 1)
+        return false;
+    const Form_pg_class c = reinterpret_cast<Form_pg_class>(GETSTRUCT(&tup));
+    if (c->oid != relid || !HeapTupleSatisfiesVisibility(&tup, SnapshotSelf, buf)) return false;
+    *out = ClassRow{true, c->relfilenode, c->reltablespace, c->relkind, c->relpersistence};
+    return true;
+}
+
+// relid's valid row in the pg_class stored in cls: first where it was last
+// found, else by reading every page.
+ClassRow find_row(RelFileNode cls, Oid relid) {
+    ClassRow row{};
+    SMgrRelation sr = smgropen(cls, InvalidBackendId);
+    const BlockNumber nblocks = smgrnblocks(sr, MAIN_FORKNUM);
+    RowPlace* p = place_of(cls.dbNode, relid);
+    if (p->db == cls.dbNode && p->relid == relid && p->classfile == cls.relNode &&
+        p->blk < nblocks) {
+        const Buffer buf =
+            ReadBufferWithoutRelcache(cls, MAIN_FORKNUM, p->blk, RBM_NORMAL, nullptr, true);
+        LockBuffer(buf, BUFFER_LOCK_SHARE);
+        const bool hit = row_at(buf, p->blk, p->off, relid, &row);
+        UnlockReleaseBuffer(buf);
+        if (hit) return row;
+    }
+    for (BlockNumber blk = 0; blk < nblocks && !row.found; blk++) {
+        const Buffer buf =
+            ReadBufferWithoutRelcache(cls, MAIN_FORKNUM, blk, RBM_NORMAL, nullptr, true);
+        LockBuffer(buf, BUFFER_LOCK_SHARE);
+        const OffsetNumber maxoff = PageGetMaxOffsetNumber(BufferGetPage(buf));
+        for (OffsetNumber off = FirstOffsetNumber; off <= maxoff; off++) {
+            if (row_at(buf, blk, off, relid, &row)) {
+                *p = RowPlace{cls.dbNode, relid, cls.relNode, blk, off};
+                break;
+            }
+        }
+        UnlockReleaseBuffer(buf);
+    }
+    return row;
+}
+
+// nullptr if rnode is relid's storage in db, else why not (palloc'd).
+char* mismatch(Oid db, Oid relid, RelFileNode rnode) {
+    if (db == InvalidOid) {
+        // Shared relations are all catalogs, all mapped (relmapper.c).
+        char* global = GetDatabasePath(InvalidOid, GLOBALTABLESPACE_OID);
+        if (rnode.spcNode == GLOBALTABLESPACE_OID && rnode.dbNode == InvalidOid &&
+            RelationMapOidToFilenodeForDatabase(global, relid) == rnode.relNode)
+            return nullptr;
+        return psprintf("%u/%u/%u is not the storage of shared relation %u on node %d",
+                        rnode.spcNode, rnode.dbNode, rnode.relNode, relid, pgrac_node_id);
+    }
+    const Oid datspc = database_tablespace(db, rnode.spcNode);
+    if (rnode.dbNode != db || rnode.spcNode == GLOBALTABLESPACE_OID || !OidIsValid(datspc))
+        return psprintf(
+            "database %u of block request %u/%u/%u does not exist on node %d "
+            "(or its default tablespace is neither pg_default nor %u)",
+            db, rnode.spcNode, rnode.dbNode, rnode.relNode, pgrac_node_id, rnode.spcNode);
+    char* dbpath = GetDatabasePath(db, datspc);
+    RelFileNode cls;
+    cls.spcNode = datspc;
+    cls.dbNode = db;
+    cls.relNode = RelationMapOidToFilenodeForDatabase(dbpath, RelationRelationId);
+    const ClassRow row = find_row(cls, relid);
+    if (!row.found)
+        return psprintf("relation %u does not exist in database %u on node %d", relid, db,
+                        pgrac_node_id);
+    if (row.relkind == RELKIND_SEQUENCE || row.relpersistence == RELPERSISTENCE_TEMP)
+        return psprintf(
+            "relation %u of database %u on node %d is a %s: its blocks are not "
+            "shipped",
+            relid, db, pgrac_node_id,
+            row.relkind == RELKIND_SEQUENCE ? "sequence" : "temporary relation");
+    const Oid file = OidIsValid(row.relfilenode)
+                         ? row.relfilenode
+                         : RelationMapOidToFilenodeForDatabase(dbpath, relid);
+    const Oid spc = OidIsValid(row.reltablespace) ? row.reltablespace : datspc;
+    if (file == rnode.relNode && spc == rnode.spcNode) return nullptr;
+    return psprintf(
+        "block request names relation %u of database %u with storage %u/%u/%u, "
+        "but on node %d its storage is %u/%u/%u",
+        relid, db, rnode.spcNode, rnode.dbNode, rnode.relNode, pgrac_node_id, spc, db, file);
+}
+
+}  // namespace
+
+void verify_block_identity(Oid db, Oid relid, RelFileNode rnode) {
+    char* why = mismatch(db, relid, rnode);
+    // A multixact xmax looked up above registers this process as a reader
+    // of multixacts; the LMS runs no transaction whose end would clear it.
+    AtEOXact_MultiXact();
+    if (why != nullptr) ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE), errmsg("%s", why)));
+}
+
+bool block_identity_holds(Oid db, Oid relid, RelFileNode rnode) {
+    const bool holds = mismatch(db, relid, rnode) == nullptr;
+    AtEOXact_MultiXact();
+    return holds;
+}
+
+void reset_block_identity_cache() {
+    std::memset(g_places, 0, sizeof g_places);
+}
+
+}  // namespace pgrac::glue

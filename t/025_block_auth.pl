@@ -1,0 +1,142 @@
+# Cache Fusion authorisation on both sides (docs/cache_fusion.md): the
+# requester checks privileges before it locks anything and refuses row-level
+# security; fetch by BufferTag is for superusers; the serving node locks the
+# relation without waiting and serves a block only if the request names the
+# relation's current storage there; a TRUNCATE racing fetches breaks nothing.
+use strict;
+use warnings;
+
+use FindBin;
+use lib $FindBin::RealBin;
+use IPC::Run;
+use PgracCluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $c = PgracCluster->new(
+	n => 2,
+	tier => 'tier3',
+	name => 'auth',
+	before_copy => sub {
+		shift->safe_psql('postgres', q{
+			CREATE TABLE cf_t AS SELECT g, repeat('x', 100) AS pad FROM generate_series(1, 5000) g;
+			CREATE TABLE cf_div AS SELECT g FROM generate_series(1, 5000) g;
+			CREATE TABLE cf_churn AS SELECT g FROM generate_series(1, 2000) g;
+			CREATE TABLE cf_rls AS SELECT g FROM generate_series(1, 10) g;
+			ALTER TABLE cf_rls ENABLE ROW LEVEL SECURITY;
+			CREATE POLICY cf_none ON cf_rls USING (false);
+		});
+	});
+my ($n1, $n2) = map { $c->node($_) } 1 .. 2;
+
+$n2->safe_psql('postgres', q{
+	CREATE ROLE cf_low LOGIN;
+	CREATE ROLE cf_reader LOGIN;
+	CREATE ROLE cf_bypass LOGIN BYPASSRLS;
+	CREATE ROLE cf_readall LOGIN IN ROLE pg_read_all_data;
+	GRANT EXECUTE ON FUNCTION pgrac_fetch_block, pgrac_fetch_blocks, pgrac_fetch_block_tag
+		TO cf_low, cf_reader, cf_bypass, cf_readall;
+	GRANT SELECT ON cf_rls TO cf_reader, cf_bypass;
+});
+is($n2->safe_psql('postgres', "SELECT length(pgrac_fetch_block(1, 'cf_t', 0))"),
+	'8192', 'a superuser fetches a block');
+
+# Privileges are checked before the relation is locked: with ACCESS EXCLUSIVE
+# held by another session, the unprivileged fetch fails at once with a
+# permission error instead of queueing for the lock.
+my $holder = $n2->background_psql('postgres');
+$holder->query_safe('BEGIN; LOCK TABLE cf_t IN ACCESS EXCLUSIVE MODE');
+my ($rc, $out, $err) = $n2->psql('postgres',
+	"SET lock_timeout = '5s'; SET ROLE cf_low; SELECT pgrac_fetch_block(1, 'cf_t', 0)");
+like($err, qr/permission denied for table cf_t/,
+	'no SELECT: permission denied while the table is locked, without waiting for the lock');
+$holder->query_safe('ROLLBACK');
+$holder->quit;
+
+# Row-level security: a raw page shows every row.
+($rc, $out, $err) = $n2->psql('postgres', "SET ROLE cf_reader; SELECT pgrac_fetch_block(1, 'cf_rls', 0)");
+like($err, qr/row-level security applies to the current user/, 'RLS table refused without BYPASSRLS');
+($rc, $out, $err) = $n2->psql('postgres', "SET ROLE cf_readall; SELECT pgrac_fetch_block(1, 'cf_rls', 0)");
+like($err, qr/row-level security applies to the current user/,
+	'... also for pg_read_all_data (it does not bypass RLS)');
+is($n2->safe_psql('postgres', "SET ROLE cf_bypass; SELECT length(pgrac_fetch_block(1, 'cf_rls', 0))"),
+	'8192', 'a BYPASSRLS role with SELECT fetches it');
+
+# By BufferTag: superuser only (pg_read_all_data neither bypasses RLS nor
+# CONNECT).
+my ($db, $spc, $file, $oid) = split /\|/, $n2->safe_psql('postgres', q{
+	SELECT d.oid, t.oid, pg_relation_filenode('cf_t'), 'cf_t'::regclass::oid
+	  FROM pg_database d, pg_tablespace t WHERE d.datname = current_database() AND t.spcname = 'pg_default'});
+($rc, $out, $err) = $n2->psql('postgres',
+	"SET ROLE cf_readall; SELECT pgrac_fetch_block_tag(1, $spc, $db, $file, 'main', 0)");
+like($err, qr/permission denied to fetch blocks by BufferTag/, 'pg_read_all_data may not fetch by tag');
+is( $n2->safe_psql('postgres', "SELECT md5(pgrac_fetch_block_tag(1, $spc, $db, $file, 'main', 0))"),
+	$n2->safe_psql('postgres', "SELECT md5(pgrac_fetch_block(1, 'cf_t', 0))"),
+	'a superuser fetches by tag (relation found in the local catalog)');
+
+# The serving node checks the identity: a crafted request naming cf_rls with
+# cf_t's storage is refused there.
+my $rls_oid = $n2->safe_psql('postgres', "SELECT 'cf_rls'::regclass::oid");
+($rc, $out, $err) = $n2->psql('postgres',
+	"SELECT pgrac_fetch_block_tag(1, $spc, $db, $file, 'main', 0, $rls_oid)");
+like($err, qr/block request names relation $rls_oid of database $db with storage $spc\/$db\/$file, but on node 1 its storage is $spc\/$db\/\d+/,
+	'relation and relfilenode that do not match are refused by the server');
+# A relation rewritten on the server only: the requester's relfilenode is no
+# longer the relation's there.
+$n1->safe_psql('postgres', 'TRUNCATE cf_div; INSERT INTO cf_div SELECT generate_series(1, 100); CHECKPOINT');
+($rc, $out, $err) = $n2->psql('postgres', "SELECT pgrac_fetch_block(1, 'cf_div', 0)");
+like($err, qr/block request names relation \d+ .* but on node 1 its storage is/,
+	'a relation truncated on the server: its old storage is not served');
+my ($div_oid, $div_file) = split /\|/, $n1->safe_psql('postgres',
+	"SELECT 'cf_div'::regclass::oid, pg_relation_filenode('cf_div')");
+is( $n2->safe_psql('postgres',
+		"SELECT md5(pgrac_fetch_block_tag(1, $spc, $db, $div_file, 'main', 0, $div_oid))"),
+	$n1->safe_psql('postgres', "SELECT md5(pg_read_binary_file(pg_relation_filepath('cf_div')))"),
+	'... its new storage is (the row the TRUNCATE wrote is found in pg_class there)');
+
+# The server locks the relation without waiting: a DDL lock there makes the
+# fetch fail at once with a retryable error.
+my $ddl = $n1->background_psql('postgres');
+$ddl->query_safe('BEGIN; LOCK TABLE cf_t IN ACCESS EXCLUSIVE MODE');
+($rc, $out, $err) = $n2->psql('postgres', "SET statement_timeout = '20s'; SELECT pgrac_fetch_block(1, 'cf_t', 0)");
+like($err, qr/relation $oid of database $db is locked by a concurrent DDL on node 1, retry/,
+	'ACCESS EXCLUSIVE on the server: refused at once');
+$ddl->query_safe('ROLLBACK');
+$ddl->quit;
+
+# TRUNCATE in a loop on the server while node 2 fetches the relation's
+# current storage: every answer is a page or a clear error, nothing crashes.
+my $script = PostgreSQL::Test::Utils::tempdir() . '/churn.sql';
+PostgreSQL::Test::Utils::append_to_file($script,
+	"TRUNCATE cf_churn;\nINSERT INTO cf_churn SELECT generate_series(1, 2000);\n\\sleep 30 ms\n");
+my $churn = IPC::Run::start(
+	[ 'pgbench', '-n', '-T', '6', '-c', '1', '-f', $script, '-h', $n1->host, '-p', $n1->port, 'postgres' ],
+	'>', \my $churn_out, '2>', \my $churn_err);
+my ($pages, $clear, %kinds, @other) = (0, 0);
+my $churn_oid = $n1->safe_psql('postgres', "SELECT 'cf_churn'::regclass::oid");
+for my $i (1 .. 150)
+{
+	my $f = $n1->safe_psql('postgres', "SELECT pg_relation_filenode('cf_churn')");
+	($rc, $out, $err) = $n2->psql('postgres',
+		"SELECT length(pgrac_fetch_block_tag(1, $spc, $db, $f, 'main', 0, $churn_oid))");
+	if ($rc == 0 && $out eq '8192') { $pages++ }
+	elsif ($err =~ /(locked by a concurrent DDL|but on node 1 its storage is|changed on node 1 while|is empty or was dropped|does not exist on node 1|beyond the end)/)
+	{
+		$clear++;
+		$kinds{$1}++;
+	}
+	else { push @other, $err }
+}
+$churn->finish;
+note("during TRUNCATEs: $pages pages, $clear clear errors: " . join(", ", map { "$_ $kinds{$_}" } sort keys %kinds));
+ok($pages > 0, 'pages were shipped while the relation was truncated over and over');
+is(scalar(@other), 0, 'every other answer was a clear error') or diag(join("\n", @other));
+is($n1->safe_psql('postgres', "SELECT count(*) FROM pg_stat_activity WHERE backend_type LIKE 'pgrac_ic lms%'"),
+	'2', 'the LMS workers are alive after the race');
+is($n2->safe_psql('postgres', "SELECT length(pgrac_fetch_block(1, 'cf_t', 0))"),
+	'8192', 'and still serve');
+unlike(PostgreSQL::Test::Utils::slurp_file($n1->logfile), qr/terminated by signal|PANIC|WARNING:  you don't own a lock/,
+	'no crash and no lock bookkeeping warning on the server');
+
+$c->stop_all;
+done_testing();
