@@ -223,9 +223,9 @@ void define_settings() {
     DefineCustomIntVariable(
         "cluster.max_unauthenticated",
         "Most accepted connections that may be authenticating at once.",
-        "Further connections are closed at once, before anything is read from them, and "
-        "counted as unauthenticated_limit; peers that hold the key get through as soon as "
-        "the handshake deadline clears the idle ones.",
+        "A new connection beyond this closes the oldest one still authenticating "
+        "(counted as unauthenticated_limit): idle connections push out each other, while a "
+        "peer with the key authenticates in a round trip.",
         &pgrac_max_unauthenticated, 64, 1, 65536, PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
     DefineCustomIntVariable("cluster.lms_workers", "Number of LMS worker processes.", nullptr,
                             &pgrac_lms_workers, 2, 1, pgrac::ic::kMaxLmsWorkers, PGC_POSTMASTER, 0,

@@ -258,15 +258,25 @@ void Engine::on_connected(tiers::ConnId id, bool ok, const std::string& error) {
 
 void Engine::on_accepted(tiers::ConnId id, const std::string& peer_host) {
     if (unauthenticated_conns() >= cfg_.max_unauthenticated) {
-        // Whoever holds connections open without authenticating gets no more:
-        // closed before any byte is read or buffered.
+        // Room for the newcomer: the oldest connection still authenticating
+        // goes. Whoever holds idle connections open only churns through its
+        // own, while a peer with the key finishes its handshake in a round
+        // trip, long before enough newer connections arrive to push it out.
+        tiers::ConnId oldest = 0;
+        int64_t oldest_deadline = 0;
+        for (const auto& [cid, c] : conns_)
+            if (!c.established && !c.dialer && (oldest == 0 || c.deadline_us < oldest_deadline)) {
+                oldest = cid;
+                oldest_deadline = c.deadline_us;
+            }
         report_throttled(ErrorType::UnauthenticatedLimit, Severity::Warning, -1,
-                         "connection from " + strip_v4_mapped(peer_host) +
-                             " closed: " + std::to_string(cfg_.max_unauthenticated) +
-                             " connections are still authenticating "
+                         "connection from " + conns_[oldest].peer_host +
+                             " closed before it authenticated: " +
+                             std::to_string(cfg_.max_unauthenticated) +
+                             " newer connections are authenticating "
                              "(cluster.max_unauthenticated)");
-        transport_->close(id);
-        return;
+        close_conn(oldest);
+        conns_.erase(oldest);  // gone now: its close report finds nothing to do
     }
     Conn c;
     c.peer_host = strip_v4_mapped(peer_host);

@@ -69,6 +69,11 @@ class FaultyTransport final : public tiers::Transport, public tiers::TransportHa
     }
     // The next n Message frames are written twice.
     void duplicate_next_messages(int n) { dup_ = n; }
+    // The next Message frame goes out as fn makes it (crc mode: the decorator
+    // sets the CRC again afterwards); the engine keeps its own copy.
+    void rewrite_next_message(std::function<void(FrameHeader&, std::vector<uint8_t>&)> fn) {
+        rewrite_ = std::move(fn);
+    }
     // Writes a copy of every Message frame ever sent on this engine's
     // connections again, on whatever connection now carries its lane.
     size_t replay_old_messages() {
@@ -147,6 +152,18 @@ class FaultyTransport final : public tiers::Transport, public tiers::TransportHa
                     dup_--;
                     if (inner_->send(conn, iov, iovcnt)) duplicated_++;
                 }
+                if (rewrite_) {
+                    auto fn = std::move(rewrite_);
+                    rewrite_ = nullptr;
+                    std::vector<uint8_t> body(f.begin() + kFrameHeaderSize, f.end());
+                    fn(h, body);
+                    h.payload_len = static_cast<uint32_t>(body.size());
+                    std::vector<uint8_t> out(kFrameHeaderSize);
+                    encode_frame_header(h, body.data(), out.data());
+                    out.insert(out.end(), body.begin(), body.end());
+                    iovec one{out.data(), out.size()};
+                    return inner_->send(conn, &one, 1);
+                }
             }
         }
         return inner_->send(conn, iov, iovcnt);
@@ -214,6 +231,7 @@ class FaultyTransport final : public tiers::Transport, public tiers::TransportHa
     int drop_ = 0;
     bool close_after_drop_ = false;
     int dup_ = 0;
+    std::function<void(FrameHeader&, std::vector<uint8_t>&)> rewrite_;
     int hold_replies_ = 0;
     std::vector<std::pair<tiers::ConnId, std::vector<uint8_t>>> held_;
     uint64_t duplicated_ = 0, dropped_ = 0;
