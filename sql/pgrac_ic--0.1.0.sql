@@ -57,7 +57,8 @@ CREATE FUNCTION pgrac_ic_peers(
     OUT state_since timestamptz, OUT tier text, OUT paths_up int, OUT paths int,
     OUT incarnation bigint, OUT epoch bigint, OUT rtt_us float8, OUT queued_msgs bigint,
     OUT queued_bytes bigint, OUT unacked_msgs bigint, OUT last_heard timestamptz,
-    OUT notes_recv bigint, OUT last_error text)
+    OUT notes_recv bigint, OUT wire_protection text, OUT session_resets bigint,
+    OUT last_error text)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'pgrac_ic_peers' LANGUAGE C STRICT VOLATILE PARALLEL SAFE;
 

@@ -495,6 +495,8 @@ void Engine::establish(tiers::ConnId id, Conn& c) {
         peer_has = 0;
     }
     l.session_id = pid.session_id;
+    if (pid.lane == 0)
+        store_relaxed(&p.shm->wire_protection, static_cast<uint32_t>(pid.protection) + 1);
     if (seq_after(peer_has, l.session.last_sent())) {
         // Same session on both sides, yet it claims more than we ever sent.
         drop_conn(id, p, ErrorType::MalformedFrame,

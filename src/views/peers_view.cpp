@@ -13,6 +13,7 @@ PG_FUNCTION_INFO_V1(pgrac_ic_peers);
 #include <cstring>
 
 #include "ic/atomics.hpp"
+#include "ic/frame_guard.hpp"
 #include "shmem.hpp"
 #include "views/ic_errors.hpp"
 #include "views/srf.hpp"
@@ -21,7 +22,7 @@ using namespace pgrac::ic;
 using pgrac::glue::counter_datum;
 
 Datum pgrac_ic_peers(PG_FUNCTION_ARGS) {
-    constexpr int kColumns = 17;
+    constexpr int kColumns = 19;
     IcShared* shm = pgrac::glue::require_shared();
     InitMaterializedSRF(fcinfo, 0);
     ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
@@ -66,6 +67,13 @@ Datum pgrac_ic_peers(PG_FUNCTION_ARGS) {
             n[i] = true;
         i++;
         v[i++] = counter_datum(load_relaxed(&p.notes_recv));
+        const uint32_t prot = load_relaxed(&p.wire_protection);
+        if (!self && prot != 0)
+            v[i] = CStringGetTextDatum(wire_protection_name(static_cast<WireProtection>(prot - 1)));
+        else
+            n[i] = true;
+        i++;
+        v[i++] = counter_datum(load_relaxed(&p.session_resets));
         if (p.last_error[0] != '\0')
             v[i] = CStringGetTextDatum(p.last_error);
         else
