@@ -729,11 +729,19 @@ std::optional<std::vector<uint8_t>> load_key_file(const std::string& path, std::
                       std::to_string(kMinKeyBytes) + " are required");
     }
     key.resize(got);
+    // Not a proof of randomness, but a key of few distinct bytes is a
+    // password, not a random key (hex output has 16, base64 up to 64).
+    bool seen[256] = {};
+    int distinct = 0;
+    for (uint8_t b : key) distinct += seen[b] ? 0 : 1, seen[b] = true;
+    const std::string advice = " (e.g. openssl rand -base64 48 > " + path +
+                               "): a weak key can be guessed offline from a recorded handshake";
     if (warning != nullptr && got < kRecommendedKeyBytes)
         *warning = name + " holds " + std::to_string(got) + " bytes of key; use at least " +
-                   std::to_string(kRecommendedKeyBytes) +
-                   " random bytes (e.g. openssl rand -base64 48 > " + path +
-                   "), a short key can be guessed offline from a recorded handshake";
+                   std::to_string(kRecommendedKeyBytes) + " random bytes" + advice;
+    else if (warning != nullptr && distinct < 12)
+        *warning = name + " holds only " + std::to_string(distinct) +
+                   " distinct byte values: it does not look random; use random bytes" + advice;
     return key;
 }
 

@@ -76,6 +76,20 @@ TEST_F(KeyFile, TooShortIsRefused) {
     EXPECT_NE(error.find("holds 0 bytes"), std::string::npos) << error;
 }
 
+TEST_F(KeyFile, ShortOrNonRandomKeysGetAWarning) {
+    std::string error, warning;
+    ASSERT_TRUE(load_key_file(write("k16", "0123456789abcdef\n", 0600), &error, &warning));
+    EXPECT_NE(warning.find("16 bytes of key; use at least 32"), std::string::npos) << warning;
+    warning.clear();
+    ASSERT_TRUE(load_key_file(write("kaaa", std::string(40, 'a'), 0600), &error, &warning));
+    EXPECT_NE(warning.find("1 distinct byte values"), std::string::npos) << warning;
+    warning.clear();
+    ASSERT_TRUE(load_key_file(
+        write("khex", "3f2a9c1b7e5d4086af13c2e9b0d7f6a18e4c3b2a1f0e9d8c7b6a5f4e3d2c1b0a\n", 0600),
+        &error, &warning));
+    EXPECT_EQ(warning, "");
+}
+
 TEST_F(KeyFile, InnerWhitespaceAndBinaryBytesAreKept) {
     const std::string content("key with spaces\0\x01\xff!", 19);
     const std::string path = write("key", content + "\n", 0600);
