@@ -10,7 +10,10 @@
 // while its connection's buffer is still being read.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <memory>
+#include <sys/epoll.h>
 #include <unordered_map>
 #include <vector>
 
@@ -18,6 +21,18 @@
 #include "tiers/transport.hpp"
 
 namespace pgrac::tiers {
+
+// epoll_data.u64 of a connection is its ConnId (small); these tags mark the rest.
+inline constexpr uint64_t kTcpListenerTag = uint64_t{1} << 62;  // | the listening fd
+inline constexpr uint64_t kTcpWakeTag = uint64_t{1} << 63;
+inline constexpr uint64_t kTcpTimerTag = kTcpWakeTag | 1;
+
+inline bool epoll_add(int epfd, int fd, uint32_t events, uint64_t data) {
+    epoll_event ev{};
+    ev.events = events;
+    ev.data.u64 = data;
+    return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) == 0;
+}
 
 class TcpTransport final : public Transport {
   public:
@@ -34,6 +49,7 @@ class TcpTransport final : public Transport {
     ConnId connect(const std::string& host, uint16_t port, std::string* error) override;
     bool send(ConnId conn, const iovec* iov, int iovcnt) override;
     size_t queued_bytes(ConnId conn) const override;
+    void set_max_payload(ConnId conn, uint32_t max_payload) override;
     void close(ConnId conn) override;
     int wait_fd() const override { return epfd_; }
     void poll(int timeout_ms) override;
@@ -48,9 +64,14 @@ class TcpTransport final : public Transport {
     void finish_connect(TcpConnection& c);
     void expire_connects();
     void rearm_timer();
-    void accept_ready(int listen_fd);
     void deliver_reports();
     std::string end_text(const TcpConnection& c) const;
+
+    // accepting, and pausing it when out of descriptors (tcp_transport_accept.cpp)
+    void accept_ready(int listen_fd);
+    void accept_one(int fd, const sockaddr_storage& peer, socklen_t len);
+    void pause_accepting(int err);
+    void resume_accepting_if_due();
 
     // data path (tcp_transport_io.cpp)
     void conn_ready(ConnId id, uint32_t events);
@@ -65,6 +86,7 @@ class TcpTransport final : public Transport {
     TransportHandler& handler_;
     const TcpOptions opts_;
     const uint32_t max_payload_;
+    const uint32_t initial_max_payload_;  // a new connection's limit
     int epfd_ = -1, wakefd_ = -1, timerfd_ = -1;
     std::vector<int> listeners_;
     std::unordered_map<ConnId, std::unique_ptr<TcpConnection>> conns_;
@@ -72,7 +94,11 @@ class TcpTransport final : public Transport {
     size_t pending_reports_ = 0;
     bool in_poll_ = false;
     bool wake_signalled_ = false;  // wakefd_ is readable
-    bool timer_armed_ = false;
+    bool timer_armed_ = false;     // at the earliest connect deadline or accept_resume_
+    // Accepting paused: the listeners are out of the epoll set until accept_resume_.
+    bool accept_paused_ = false;
+    int accept_pause_ms_ = 0;  // the last pause; 0 once an accept succeeds (no episode)
+    std::chrono::steady_clock::time_point accept_resume_;
     TransportCounters counters_;
 };
 
