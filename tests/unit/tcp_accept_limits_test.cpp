@@ -63,6 +63,12 @@ std::unique_ptr<Transport> listening_tcp(Recorder& r, const TcpOptions& opts, ui
     return t;
 }
 
+TcpOptions with_initial_limit(uint32_t initial_max_payload) {
+    TcpOptions opts;
+    opts.initial_max_payload = initial_max_payload;
+    return opts;
+}
+
 bool write_all(int fd, const std::vector<uint8_t>& bytes, size_t n) {
     return write(fd, bytes.data(), n) == static_cast<ssize_t>(n);
 }
@@ -207,10 +213,8 @@ TEST(TcpAcceptLimits, EmfilePausesAcceptingWithoutSpinning) {
 // set_max_payload() raises the limit of that connection only.
 TEST(TcpAcceptLimits, InitialLimitUntilRaised) {
     Recorder r;
-    TcpOptions opts;
-    opts.initial_max_payload = 1024;
     uint16_t port = 0;
-    auto t = listening_tcp(r, opts, &port);
+    auto t = listening_tcp(r, with_initial_limit(1024), &port);
     ASSERT_NE(t, nullptr);
     const auto big = message(1, 2000);
 
@@ -250,9 +254,7 @@ TEST(TcpAcceptLimits, LimitIsCappedAndAppliesToDialedConnections) {
     server.max_payload = 4096;
     uint16_t port = 0;
     auto a = listening_tcp(ra, server, &port);
-    TcpOptions dialer;
-    dialer.initial_max_payload = 512;
-    auto b = make_tcp_transport(rb, dialer);
+    auto b = make_tcp_transport(rb, with_initial_limit(512));
     ASSERT_NE(a, nullptr);
     ASSERT_NE(b, nullptr);
     std::string error;
@@ -289,10 +291,8 @@ TEST(TcpAcceptLimits, LimitIsCappedAndAppliesToDialedConnections) {
 // whole and in order.
 TEST(TcpAcceptLimits, SmallLimitConnectionsReadInSmallChunks) {
     Recorder r;
-    TcpOptions opts;
-    opts.initial_max_payload = 256;
     uint16_t port = 0;
-    auto t = listening_tcp(r, opts, &port);
+    auto t = listening_tcp(r, with_initial_limit(256), &port);
     ASSERT_NE(t, nullptr);
     const int raw = raw_connect(port);
     ASSERT_GE(raw, 0);
