@@ -34,8 +34,8 @@ TcpTransport::TcpTransport(TransportHandler& handler, const TcpOptions& opts)
     epfd_ = epoll_create1(EPOLL_CLOEXEC);
     wakefd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     timerfd_ = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-    if (ok() && !(epoll_add(epfd_, wakefd_, EPOLLIN, kTcpWakeTag) &&
-                  epoll_add(epfd_, timerfd_, EPOLLIN, kTcpTimerTag))) {
+    if (ok() && !(tcp_epoll_add(epfd_, wakefd_, EPOLLIN, kTcpWakeTag) &&
+                  tcp_epoll_add(epfd_, timerfd_, EPOLLIN, kTcpTimerTag))) {
         ::close(epfd_);
         epfd_ = -1;
     }
@@ -66,8 +66,7 @@ bool TcpTransport::listen(const std::string& host, uint16_t port, std::string* e
             const int fd = open_tcp_listener(a, opts_.sndbuf, opts_.rcvbuf, &this_error);
             // While accepting is paused a new listener joins the others at resume.
             if (fd >= 0 &&
-                (accept_paused_ ||
-                 epoll_add(epfd_, fd, EPOLLIN, kTcpListenerTag | static_cast<uint32_t>(fd)))) {
+                (accept_paused_ || tcp_epoll_add(epfd_, fd, EPOLLIN, tcp_listener_tag(fd)))) {
                 listeners_.push_back(fd);
                 ++bound;
                 continue;
@@ -130,7 +129,7 @@ bool TcpTransport::start_connect_attempt(TcpConnection& c) {
         do {
             rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&a.addr), a.len);
         } while (rc != 0 && errno == EINTR);
-        if ((rc == 0 || errno == EINPROGRESS) && epoll_add(epfd_, fd, EPOLLOUT, c.id)) {
+        if ((rc == 0 || errno == EINPROGRESS) && tcp_epoll_add(epfd_, fd, EPOLLOUT, c.id)) {
             c.fd = fd;
             c.epollout = true;
             return true;

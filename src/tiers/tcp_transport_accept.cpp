@@ -72,7 +72,7 @@ void TcpTransport::accept_one(int fd, const sockaddr_storage& peer, socklen_t le
         ::close(fd);  // never announced, so nothing to report
         return;
     }
-    if (!epoll_add(epfd_, fd, EPOLLIN, id)) {
+    if (!tcp_epoll_add(epfd_, fd, EPOLLIN, id)) {
         ::close(fd);
         conns_.erase(id);
         return;
@@ -102,7 +102,7 @@ void TcpTransport::resume_accepting_if_due() {
     if (!accept_paused_ || std::chrono::steady_clock::now() < accept_resume_) return;
     accept_paused_ = false;
     for (int fd : listeners_) {
-        if (!epoll_add(epfd_, fd, EPOLLIN, kTcpListenerTag | static_cast<uint32_t>(fd))) {
+        if (!tcp_epoll_add(epfd_, fd, EPOLLIN, tcp_listener_tag(fd))) {
             pause_accepting(errno);  // out of memory for the epoll entry: try again later
             return;
         }

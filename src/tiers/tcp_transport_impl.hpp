@@ -2,7 +2,8 @@
 //
 // The epoll fd is wait_fd(). Besides the sockets it watches an eventfd, set
 // when an end is waiting to be reported, and a timerfd armed at the earliest
-// connect deadline, so an owner that sleeps on wait_fd() wakes for both.
+// connect deadline or the end of an accept pause (tcp_transport_accept.cpp),
+// so an owner that sleeps on wait_fd() wakes for all of them.
 //
 // Callbacks are made only from poll(). Connections are erased only when their
 // end is reported, at the start or end of poll() and never inside a callback,
@@ -26,8 +27,11 @@ namespace pgrac::tiers {
 inline constexpr uint64_t kTcpListenerTag = uint64_t{1} << 62;  // | the listening fd
 inline constexpr uint64_t kTcpWakeTag = uint64_t{1} << 63;
 inline constexpr uint64_t kTcpTimerTag = kTcpWakeTag | 1;
+inline uint64_t tcp_listener_tag(int fd) {
+    return kTcpListenerTag | static_cast<uint32_t>(fd);
+}
 
-inline bool epoll_add(int epfd, int fd, uint32_t events, uint64_t data) {
+inline bool tcp_epoll_add(int epfd, int fd, uint32_t events, uint64_t data) {
     epoll_event ev{};
     ev.events = events;
     ev.data.u64 = data;
