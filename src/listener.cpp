@@ -60,10 +60,21 @@ class ListenerHost final : public pgrac::ic::EngineHost {
 ListenerHost* g_host = nullptr;
 pgrac::ic::Engine* g_engine = nullptr;
 
-// Emits the engine's log lines. Copies them to palloc'd strings first so that
-// no C++ object is live when ereport() runs.
+// Memory of the log relay, reset around every emission.
+MemoryContext g_log_context = nullptr;
+
+// Emits the engine's log lines, on the main thread (the only one that calls
+// PostgreSQL; the engine only queues them through ListenerHost::log). Copies them to palloc'd
+// strings in g_log_context first so that no C++ object is live when ereport() runs, then frees them
+// all at once by resetting the context. It is reset before the copy too, in case an error escaped
+// the last emission before its reset.
 void emit_logs() {
     if (g_host->pending.empty()) return;
+    if (g_log_context == nullptr)
+        g_log_context =
+            AllocSetContextCreate(TopMemoryContext, "pgrac_ic log relay", ALLOCSET_SMALL_SIZES);
+    MemoryContextReset(g_log_context);
+    MemoryContext old = MemoryContextSwitchTo(g_log_context);
     int n = static_cast<int>(g_host->pending.size());
     int* levels = static_cast<int*>(palloc(sizeof(int) * n));
     char** texts = static_cast<char**>(palloc(sizeof(char*) * n));
@@ -72,10 +83,10 @@ void emit_logs() {
         levels[i] = sev == Severity::Error ? LOG : sev == Severity::Warning ? WARNING : LOG;
         texts[i] = pstrdup(msg.c_str());
     }
+    MemoryContextSwitchTo(old);
     g_host->pending.clear();
     for (int i = 0; i < n; i++) ereport(levels[i], (errmsg("pgrac_ic: %s", texts[i])));
-    pfree(levels);
-    pfree(texts);
+    MemoryContextReset(g_log_context);
 }
 
 pgrac::ic::EngineConfig make_config(pgrac::ic::IcShared* shm) {

@@ -137,6 +137,7 @@ pgrac::tiers::TcpOptions tcp_options() {
     pgrac::tiers::TcpOptions o;
     o.max_payload = static_cast<uint32_t>(pgrac::ic::kMessageHeaderSize + PGRAC_IC_MAX_MESSAGE +
                                           pgrac::ic::kFrameTagSize);
+    o.initial_max_payload = pgrac::ic::kMaxHandshakePayload;  // raised once authenticated
     return o;
 }
 

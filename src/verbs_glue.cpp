@@ -88,6 +88,7 @@ pgrac::tiers::VerbsOptions verbs_options(const char* device, int port) {
                                                       : 0;
     o.numa_bind = pgrac_rdma_numa_auto_bind;
     o.max_payload = kVerbsMaxPayload;
+    o.initial_max_payload = ic::kMaxHandshakePayload;  // raised once authenticated
     return o;
 }
 

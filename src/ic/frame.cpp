@@ -223,6 +223,10 @@ FrameStreamDecoder::~FrameStreamDecoder() {
     std::free(buf_);
 }
 
+void FrameStreamDecoder::set_max_payload(uint32_t max_payload) {
+    max_payload_ = effective_limit(max_payload);
+}
+
 uint8_t* FrameStreamDecoder::write_ptr(size_t min) {
     if (start_ == end_) start_ = end_ = 0;
     if (cap_ - end_ >= min) return buf_ + end_;

@@ -123,6 +123,9 @@ class FrameStreamDecoder {
     bool next(FrameHeader* header, const uint8_t** payload);
     FrameError error() const { return error_; }
     size_t buffered() const { return end_ - start_; }
+    // Changes the payload limit (never above kMaxFramePayload) for the frames
+    // not yet taken, including one whose header is already buffered.
+    void set_max_payload(uint32_t max_payload);
 
   private:
     uint32_t max_payload_;

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -71,29 +72,40 @@ void expire_connect_deadlines(ConnMap& conns, State connecting, EndTimeout&& end
         if (c->state == connecting && c->deadline <= now) end_timeout(*c);
 }
 
-// Arms timerfd (CLOCK_MONOTONIC, absolute) at the earliest deadline of the
-// connections still `connecting`, or disarms it; armed says whether it is.
+// The earliest deadline of the connections still `connecting`, if any.
 template <typename ConnMap, typename State>
-void rearm_connect_timer(int timerfd, bool& armed, const ConnMap& conns, State connecting) {
-    bool any = false;
-    std::chrono::steady_clock::time_point earliest;
-    for (const auto& [id, c] : conns) {
-        if (c->state != connecting) continue;
-        if (!any || c->deadline < earliest) earliest = c->deadline;
-        any = true;
-    }
-    if (!any && !armed) return;
+std::optional<std::chrono::steady_clock::time_point> earliest_connect_deadline(const ConnMap& conns,
+                                                                               State connecting) {
+    std::optional<std::chrono::steady_clock::time_point> earliest;
+    for (const auto& [id, c] : conns)
+        if (c->state == connecting && (!earliest || c->deadline < *earliest))
+            earliest = c->deadline;
+    return earliest;
+}
+
+// Arms timerfd (CLOCK_MONOTONIC, absolute) at when, or disarms it if there is
+// no when; armed says whether it is.
+inline void arm_deadline_timer(int timerfd, bool& armed,
+                               std::optional<std::chrono::steady_clock::time_point> when) {
+    if (!when && !armed) return;
     itimerspec spec{};
-    if (any) {
+    if (when) {
         // steady_clock is CLOCK_MONOTONIC on Linux; 0 would disarm, so use >= 1 ns.
         const auto ns = std::max<int64_t>(
-            1, std::chrono::duration_cast<std::chrono::nanoseconds>(earliest.time_since_epoch())
-                   .count());
+            1,
+            std::chrono::duration_cast<std::chrono::nanoseconds>(when->time_since_epoch()).count());
         spec.it_value.tv_sec = ns / 1000000000;
         spec.it_value.tv_nsec = ns % 1000000000;
     }
     timerfd_settime(timerfd, TFD_TIMER_ABSTIME, &spec, nullptr);
-    armed = any;
+    armed = when.has_value();
+}
+
+// Arms timerfd at the earliest deadline of the connections still
+// `connecting`, or disarms it; armed says whether it is.
+template <typename ConnMap, typename State>
+void rearm_connect_timer(int timerfd, bool& armed, const ConnMap& conns, State connecting) {
+    arm_deadline_timer(timerfd, armed, earliest_connect_deadline(conns, connecting));
 }
 
 // The outcome of listen() on every resolved address: true if any is bound,

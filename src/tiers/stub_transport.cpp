@@ -24,6 +24,7 @@ class StubTransport final : public Transport {
     }
     bool send(ConnId, const iovec*, int) override { return false; }
     size_t queued_bytes(ConnId) const override { return 0; }
+    void set_max_payload(ConnId, uint32_t) override {}
     void close(ConnId) override {}
     int wait_fd() const override { return -1; }
     void poll(int) override {}

@@ -18,7 +18,7 @@ enum class TcpConnState { Connecting, Open, Closed };
 // allocates; the text is built when the end is reported.
 enum class TcpCloseCause {
     Local,        // close() by the owner
-    PeerClosed,   // orderly shutdown by the peer
+    PeerClosed,   // orderly shutdown by the peer (frame_error Truncated if mid-frame)
     ReadFailed,   // errno in err
     WriteFailed,  // errno in err
     BadFrame,     // frame_error
@@ -29,9 +29,11 @@ enum class TcpCloseCause {
 };
 
 struct TcpConnection {
-    TcpConnection(ConnId id_, uint32_t max_payload) : id(id_), decoder(max_payload) {}
+    TcpConnection(ConnId id_, uint32_t max_payload_)
+        : id(id_), max_payload(max_payload_), decoder(max_payload_) {}
 
     ConnId id;
+    uint32_t max_payload;  // the decoder's limit; small ones read in small chunks
     int fd = -1;
     TcpConnState state = TcpConnState::Connecting;
     bool epollout = false;  // EPOLLOUT is in the epoll interest set

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <new>
+#include <optional>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/timerfd.h>
@@ -15,20 +16,7 @@ namespace pgrac::tiers {
 
 namespace {
 
-// epoll_data.u64 of a connection is its ConnId (small); these tags mark the rest.
-constexpr uint64_t kListenerTag = uint64_t{1} << 62;  // | the listening fd
-constexpr uint64_t kWakeTag = uint64_t{1} << 63;
-constexpr uint64_t kTimerTag = kWakeTag | 1;
-
 constexpr int kMaxEvents = 64;
-constexpr int kAcceptsPerEvent = 64;
-
-bool epoll_add(int epfd, int fd, uint32_t events, uint64_t data) {
-    epoll_event ev{};
-    ev.events = events;
-    ev.data.u64 = data;
-    return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) == 0;
-}
 
 void drain_fd(int fd) {
     uint64_t value;
@@ -41,12 +29,13 @@ void drain_fd(int fd) {
 TcpTransport::TcpTransport(TransportHandler& handler, const TcpOptions& opts)
     : handler_(handler),
       opts_(opts),
-      max_payload_(std::min(opts.max_payload, ic::kMaxFramePayload)) {
+      max_payload_(std::min(opts.max_payload, ic::kMaxFramePayload)),
+      initial_max_payload_(std::min(opts.initial_max_payload, max_payload_)) {
     epfd_ = epoll_create1(EPOLL_CLOEXEC);
     wakefd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     timerfd_ = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-    if (ok() && !(epoll_add(epfd_, wakefd_, EPOLLIN, kWakeTag) &&
-                  epoll_add(epfd_, timerfd_, EPOLLIN, kTimerTag))) {
+    if (ok() && !(tcp_epoll_add(epfd_, wakefd_, EPOLLIN, kTcpWakeTag) &&
+                  tcp_epoll_add(epfd_, timerfd_, EPOLLIN, kTcpTimerTag))) {
         ::close(epfd_);
         epfd_ = -1;
     }
@@ -75,8 +64,9 @@ bool TcpTransport::listen(const std::string& host, uint16_t port, std::string* e
         for (const SocketAddress& a : addrs) {
             listeners_.reserve(listeners_.size() + 1);
             const int fd = open_tcp_listener(a, opts_.sndbuf, opts_.rcvbuf, &this_error);
+            // While accepting is paused a new listener joins the others at resume.
             if (fd >= 0 &&
-                epoll_add(epfd_, fd, EPOLLIN, kListenerTag | static_cast<uint32_t>(fd))) {
+                (accept_paused_ || tcp_epoll_add(epfd_, fd, EPOLLIN, tcp_listener_tag(fd)))) {
                 listeners_.push_back(fd);
                 ++bound;
                 continue;
@@ -100,7 +90,7 @@ ConnId TcpTransport::connect(const std::string& host, uint16_t port, std::string
         std::vector<SocketAddress> addrs;
         if (!resolve_tcp(host, port, false, &addrs, error)) return 0;
         id = next_id_++;
-        auto owned = std::make_unique<TcpConnection>(id, max_payload_);
+        auto owned = std::make_unique<TcpConnection>(id, initial_max_payload_);
         TcpConnection& c = *owned;
         c.target = endpoint_text(host, port);
         c.addrs = std::move(addrs);
@@ -139,7 +129,7 @@ bool TcpTransport::start_connect_attempt(TcpConnection& c) {
         do {
             rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&a.addr), a.len);
         } while (rc != 0 && errno == EINTR);
-        if ((rc == 0 || errno == EINPROGRESS) && epoll_add(epfd_, fd, EPOLLOUT, c.id)) {
+        if ((rc == 0 || errno == EINPROGRESS) && tcp_epoll_add(epfd_, fd, EPOLLOUT, c.id)) {
             c.fd = fd;
             c.epollout = true;
             return true;
@@ -182,48 +172,15 @@ void TcpTransport::expire_connects() {
                              [this](TcpConnection& c) { end(c, TcpCloseCause::ConnectTimeout); });
 }
 
-// Arms the timerfd at the earliest connect deadline, or disarms it. A
-// connect_timeout_ms <= 0 means no timeout of our own (the kernel's applies).
+// Arms the timerfd at the earliest connect deadline or the end of an accept
+// pause, or disarms it. A connect_timeout_ms <= 0 means no connect timeout of
+// our own (the kernel's applies).
 void TcpTransport::rearm_timer() {
-    if (opts_.connect_timeout_ms <= 0) return;
-    rearm_connect_timer(timerfd_, timer_armed_, conns_, TcpConnState::Connecting);
-}
-
-void TcpTransport::accept_ready(int listen_fd) {
-    for (int i = 0; i < kAcceptsPerEvent; ++i) {
-        sockaddr_storage peer{};
-        socklen_t len = sizeof peer;
-        const int fd = accept4(listen_fd, reinterpret_cast<sockaddr*>(&peer), &len,
-                               SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) {
-            if (errno == EINTR || errno == ECONNABORTED) continue;
-            return;  // EAGAIN: all taken; anything else (EMFILE...): retried next poll
-        }
-        tune_tcp_socket(fd, opts_.sndbuf, opts_.rcvbuf);
-        const ConnId id = next_id_++;
-        std::string host;
-        try {
-            host = numeric_host(reinterpret_cast<const sockaddr*>(&peer), len);
-            auto c = std::make_unique<TcpConnection>(id, max_payload_);
-            c->fd = fd;
-            c->state = TcpConnState::Open;
-            conns_.emplace(id, std::move(c));
-        } catch (...) {
-            ::close(fd);  // never announced, so nothing to report
-            continue;
-        }
-        if (!epoll_add(epfd_, fd, EPOLLIN, id)) {
-            ::close(fd);
-            conns_.erase(id);
-            continue;
-        }
-        try {
-            handler_.on_accepted(id, host);
-        } catch (...) {
-            if (TcpConnection* c = find(id); c != nullptr && c->state != TcpConnState::Closed)
-                end(*c, TcpCloseCause::Internal);
-        }
-    }
+    std::optional<std::chrono::steady_clock::time_point> when;
+    if (opts_.connect_timeout_ms > 0)
+        when = earliest_connect_deadline(conns_, TcpConnState::Connecting);
+    if (accept_paused_ && (!when || accept_resume_ < *when)) when = accept_resume_;
+    arm_deadline_timer(timerfd_, timer_armed_, when);
 }
 
 std::string TcpTransport::end_text(const TcpConnection& c) const {
@@ -231,7 +188,9 @@ std::string TcpTransport::end_text(const TcpConnection& c) const {
         case TcpCloseCause::Local:
             return "closed locally";
         case TcpCloseCause::PeerClosed:
-            return "peer closed the connection";
+            return c.frame_error == ic::FrameError::Truncated
+                       ? "peer closed the connection in the middle of a frame"
+                       : "peer closed the connection";
         case TcpCloseCause::ReadFailed:
             return sys_error("read failed", c.err);
         case TcpCloseCause::WriteFailed:
@@ -270,22 +229,24 @@ void TcpTransport::poll(int timeout_ms) {
     in_poll_ = true;
     try {
         deliver_reports();
+        resume_accepting_if_due();
         epoll_event events[kMaxEvents];
         int n = epoll_wait(epfd_, events, kMaxEvents, timeout_ms);
         for (int i = 0; i < n; ++i) {
             const uint64_t tag = events[i].data.u64;
-            if (tag == kWakeTag) {
+            if (tag == kTcpWakeTag) {
                 drain_fd(wakefd_);
                 wake_signalled_ = false;
-            } else if (tag == kTimerTag) {
+            } else if (tag == kTcpTimerTag) {
                 drain_fd(timerfd_);
-            } else if (tag & kListenerTag) {
-                accept_ready(static_cast<int>(tag & ~kListenerTag));
+            } else if (tag & kTcpListenerTag) {
+                accept_ready(static_cast<int>(tag & ~kTcpListenerTag));
             } else {
                 conn_ready(tag, events[i].events);
             }
         }
         expire_connects();
+        resume_accepting_if_due();  // the timer woke epoll_wait for it
         deliver_reports();
         rearm_timer();
     } catch (...) {

@@ -2,7 +2,8 @@
 //
 // The epoll fd is wait_fd(). Besides the sockets it watches an eventfd, set
 // when an end is waiting to be reported, and a timerfd armed at the earliest
-// connect deadline, so an owner that sleeps on wait_fd() wakes for both.
+// connect deadline or the end of an accept pause (tcp_transport_accept.cpp),
+// so an owner that sleeps on wait_fd() wakes for all of them.
 //
 // Callbacks are made only from poll(). Connections are erased only when their
 // end is reported, at the start or end of poll() and never inside a callback,
@@ -10,7 +11,10 @@
 // while its connection's buffer is still being read.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <memory>
+#include <sys/epoll.h>
 #include <unordered_map>
 #include <vector>
 
@@ -18,6 +22,21 @@
 #include "tiers/transport.hpp"
 
 namespace pgrac::tiers {
+
+// epoll_data.u64 of a connection is its ConnId (small); these tags mark the rest.
+inline constexpr uint64_t kTcpListenerTag = uint64_t{1} << 62;  // | the listening fd
+inline constexpr uint64_t kTcpWakeTag = uint64_t{1} << 63;
+inline constexpr uint64_t kTcpTimerTag = kTcpWakeTag | 1;
+inline uint64_t tcp_listener_tag(int fd) {
+    return kTcpListenerTag | static_cast<uint32_t>(fd);
+}
+
+inline bool tcp_epoll_add(int epfd, int fd, uint32_t events, uint64_t data) {
+    epoll_event ev{};
+    ev.events = events;
+    ev.data.u64 = data;
+    return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) == 0;
+}
 
 class TcpTransport final : public Transport {
   public:
@@ -34,6 +53,7 @@ class TcpTransport final : public Transport {
     ConnId connect(const std::string& host, uint16_t port, std::string* error) override;
     bool send(ConnId conn, const iovec* iov, int iovcnt) override;
     size_t queued_bytes(ConnId conn) const override;
+    void set_max_payload(ConnId conn, uint32_t max_payload) override;
     void close(ConnId conn) override;
     int wait_fd() const override { return epfd_; }
     void poll(int timeout_ms) override;
@@ -48,9 +68,14 @@ class TcpTransport final : public Transport {
     void finish_connect(TcpConnection& c);
     void expire_connects();
     void rearm_timer();
-    void accept_ready(int listen_fd);
     void deliver_reports();
     std::string end_text(const TcpConnection& c) const;
+
+    // accepting, and pausing it when out of descriptors (tcp_transport_accept.cpp)
+    void accept_ready(int listen_fd);
+    void accept_one(int fd, const sockaddr_storage& peer, socklen_t len);
+    void pause_accepting(int err);
+    void resume_accepting_if_due();
 
     // data path (tcp_transport_io.cpp)
     void conn_ready(ConnId id, uint32_t events);
@@ -65,6 +90,7 @@ class TcpTransport final : public Transport {
     TransportHandler& handler_;
     const TcpOptions opts_;
     const uint32_t max_payload_;
+    const uint32_t initial_max_payload_;  // a new connection's limit
     int epfd_ = -1, wakefd_ = -1, timerfd_ = -1;
     std::vector<int> listeners_;
     std::unordered_map<ConnId, std::unique_ptr<TcpConnection>> conns_;
@@ -72,7 +98,11 @@ class TcpTransport final : public Transport {
     size_t pending_reports_ = 0;
     bool in_poll_ = false;
     bool wake_signalled_ = false;  // wakefd_ is readable
-    bool timer_armed_ = false;
+    bool timer_armed_ = false;     // at the earliest connect deadline or accept_resume_
+    // Accepting paused: the listeners are out of the epoll set until accept_resume_.
+    bool accept_paused_ = false;
+    int accept_pause_ms_ = 0;  // the last pause; 0 once an accept succeeds (no episode)
+    std::chrono::steady_clock::time_point accept_resume_;
     TransportCounters counters_;
 };
 

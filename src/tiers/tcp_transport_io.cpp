@@ -1,6 +1,7 @@
 // TCP tier: the data path. Frames go out with one vectored write when nothing
 // is queued, else join the queue that EPOLLOUT drains in batches; frames come
 // in through reads straight into the connection's FrameStreamDecoder.
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <new>
@@ -14,6 +15,9 @@ namespace pgrac::tiers {
 
 namespace {
 
+// A connection reads in chunks of this, or of one largest frame if smaller:
+// a decoder's buffer grows to about two chunks, so connections with a small
+// limit (unauthenticated peers) stay small however many there are.
 constexpr size_t kReadChunk = 64 * 1024;
 constexpr int kReadsPerEvent = 16;  // then other sockets get their turn
 constexpr int kMaxIov = IOV_MAX;
@@ -70,6 +74,13 @@ bool TcpTransport::send(ConnId conn, const iovec* iov, int iovcnt) {
 size_t TcpTransport::queued_bytes(ConnId conn) const {
     const TcpConnection* c = find(conn);
     return c == nullptr ? 0 : c->out.bytes();
+}
+
+void TcpTransport::set_max_payload(ConnId conn, uint32_t max_payload) {
+    TcpConnection* c = find(conn);
+    if (c == nullptr || c->state == TcpConnState::Closed) return;
+    c->max_payload = std::min(max_payload, max_payload_);
+    c->decoder.set_max_payload(c->max_payload);
 }
 
 void TcpTransport::close(ConnId conn) {
@@ -152,17 +163,20 @@ void TcpTransport::flush(TcpConnection& c) {
 
 void TcpTransport::read_ready(TcpConnection& c) {
     for (int i = 0; i < kReadsPerEvent; ++i) {
-        uint8_t* p = c.decoder.write_ptr(kReadChunk);
-        const ssize_t n = recv(c.fd, p, kReadChunk, 0);
+        const size_t chunk = std::min(kReadChunk, ic::kFrameHeaderSize + c.max_payload);
+        uint8_t* p = c.decoder.write_ptr(chunk);
+        const ssize_t n = recv(c.fd, p, chunk, 0);
         if (n > 0) {
             c.decoder.commit(static_cast<size_t>(n));
             counters_.bytes_recv += static_cast<size_t>(n);
             if (!deliver_frames(c)) return;
-            if (static_cast<size_t>(n) < kReadChunk) return;  // drained
+            if (static_cast<size_t>(n) < chunk) return;  // drained
             continue;
         }
         if (n == 0) {
-            end(c, TcpCloseCause::PeerClosed);
+            // Every complete frame was taken: what is left is a cut-off one.
+            end(c, TcpCloseCause::PeerClosed, 0,
+                c.decoder.buffered() > 0 ? ic::FrameError::Truncated : ic::FrameError::None);
             return;
         }
         if (errno == EINTR) continue;

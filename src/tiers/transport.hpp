@@ -32,6 +32,10 @@ struct TransportCounters {
     uint64_t srq_low_events = 0;    // IBV_EVENT_SRQ_LIMIT_REACHED: receives ran low
     uint64_t cq_rebuilds = 0;       // CQ+SRQ recreated after an overflow or error
     uint64_t zero_copy_sends = 0;   // frames sent with a payload piece from the MR cache
+    // tcp only: accept() failed for lack of descriptors or memory (EMFILE,
+    // ENFILE, ENOBUFS, ENOMEM) and the listening sockets were left alone for
+    // a back-off period; one per pause, several per episode.
+    uint64_t accept_pauses = 0;
 };
 
 class TransportHandler {
@@ -45,7 +49,9 @@ class TransportHandler {
     virtual void on_frame(ConnId conn, const ic::FrameHeader& h, const uint8_t* payload) = 0;
     // The connection is gone. frame_error says whether bad input caused it.
     virtual void on_closed(ConnId conn, const std::string& reason, ic::FrameError frame_error) = 0;
-    // accept failed with err (EMFILE...); not accepting for pause_ms
+    // accept failed with err (EMFILE...); not accepting for pause_ms. Made
+    // once per episode: at the first failure after a successful accept (or
+    // ever), not again for the longer pauses while the failures go on.
     virtual void on_accept_paused(int /*err*/, int /*pause_ms*/) {}
 };
 
@@ -63,9 +69,10 @@ class Transport {
     virtual bool send(ConnId conn, const iovec* iov, int iovcnt) = 0;
     // Bytes accepted by send() but not yet written to the wire.
     virtual size_t queued_bytes(ConnId conn) const = 0;
-    // Largest payload this connection accepts from now on (a new connection
-    // starts with the transport's initial limit).
-    virtual void set_max_payload(ConnId /*conn*/, uint32_t /*max_payload*/) {}
+    // Largest payload this connection accepts from now on (capped at
+    // max_payload()); a larger frame closes it with PayloadTooLarge. A new
+    // connection starts with the transport's initial_max_payload option.
+    virtual void set_max_payload(ConnId conn, uint32_t max_payload) = 0;
     // Closes; on_closed is still reported (from a later poll()).
     virtual void close(ConnId conn) = 0;
     // A file descriptor that becomes readable when poll() has work; -1 if none.
@@ -82,6 +89,10 @@ std::unique_ptr<Transport> make_stub_transport(TransportHandler& handler);
 
 struct TcpOptions {
     uint32_t max_payload = ic::kMaxFramePayload;
+    // The limit every new connection (accepted or dialed) starts with until
+    // set_max_payload() changes it; capped at max_payload, so by default the
+    // same. Small for unauthenticated peers: it also bounds their buffers.
+    uint32_t initial_max_payload = ic::kMaxFramePayload;
     int sndbuf = 0, rcvbuf = 0;  // 0 = kernel default
     int connect_timeout_ms = 5000;
 };

@@ -52,7 +52,8 @@ std::string errtext(const std::string& what, int err) {
 VerbsTransport::VerbsTransport(TransportHandler& handler, const VerbsOptions& opts)
     : handler_(handler),
       opts_(opts),
-      max_payload_(std::min(std::max<uint32_t>(opts.max_payload, 64), ic::kMaxFramePayload)) {}
+      max_payload_(std::min(std::max<uint32_t>(opts.max_payload, 64), ic::kMaxFramePayload)),
+      initial_max_payload_(std::min(opts.initial_max_payload, max_payload_)) {}
 
 VerbsTransport::~VerbsTransport() {
     for (auto& [id, c] : conns_) {

@@ -30,9 +30,12 @@ struct VerbsOptions {
     // (falls back to 2 MB, then normal pages, with a warning).
     uint64_t hugepage_size = 2u << 20;
     uint32_t max_payload = 64 * 1024;  // a slot holds the 24-byte header + this
-    uint32_t send_slots = 256;         // registered send buffers, shared by all connections
-    uint32_t recv_slots = 512;         // receive buffers posted to the SRQ
-    uint32_t qp_send_depth = 64;       // send work requests in flight per queue pair
+    // The limit every new connection starts with until set_max_payload()
+    // changes it; capped at max_payload, so by default the same.
+    uint32_t initial_max_payload = ic::kMaxFramePayload;
+    uint32_t send_slots = 256;    // registered send buffers, shared by all connections
+    uint32_t recv_slots = 512;    // receive buffers posted to the SRQ
+    uint32_t qp_send_depth = 64;  // send work requests in flight per queue pair
     int connect_timeout_ms = 5000;
     bool numa_bind = false;  // bind the calling thread to the HCA's NUMA node at creation
     // Frame pieces at least this long that lie in a registered region (the MR

@@ -110,6 +110,7 @@ ConnId VerbsTransport::connect(const std::string& host, uint16_t port, std::stri
         auto owned = std::make_unique<VerbsConn>();
         VerbsConn& c = *owned;
         c.id = id;
+        c.max_payload = initial_max_payload_;
         c.target = endpoint_text(host, port);
         c.peer_host = numeric_host(ai->ai_addr);
         c.deadline =
@@ -278,6 +279,7 @@ void VerbsTransport::on_connect_request(rdma_cm_id* id) {
         auto owned = std::make_unique<VerbsConn>();
         VerbsConn& c = *owned;
         c.id = cid;
+        c.max_payload = initial_max_payload_;
         c.cm = id;
         c.inbound = true;
         c.peer_host = numeric_host(rdma_get_peer_addr(id));

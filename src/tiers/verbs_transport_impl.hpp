@@ -62,6 +62,7 @@ struct VerbsConn {
     bool reported = false;      // the end was reported; kept only until the QP is flushed
     std::string target;         // "host:port" of an outbound connection
     std::string peer_host;      // numeric address of the peer
+    uint32_t max_payload = 0;   // largest payload received; larger frames end the connection
     std::chrono::steady_clock::time_point deadline;
 
     std::deque<std::vector<uint8_t>> queue;  // frames waiting for a send slot / SQ room
@@ -99,6 +100,7 @@ class VerbsTransport final : public Transport {
     ConnId connect(const std::string& host, uint16_t port, std::string* error) override;
     bool send(ConnId conn, const iovec* iov, int iovcnt) override;
     size_t queued_bytes(ConnId conn) const override;
+    void set_max_payload(ConnId conn, uint32_t max_payload) override;
     void close(ConnId conn) override;
     int wait_fd() const override { return epfd_; }
     void poll(int timeout_ms) override;
@@ -154,6 +156,7 @@ class VerbsTransport final : public Transport {
     TransportHandler& handler_;
     const VerbsOptions opts_;
     const uint32_t max_payload_;
+    const uint32_t initial_max_payload_;  // a new connection's limit
     VerbsStatus status_;
 
     // rdma_cm and device

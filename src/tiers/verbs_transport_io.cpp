@@ -59,6 +59,14 @@ size_t VerbsTransport::queued_bytes(ConnId conn) const {
     return c == nullptr ? 0 : c->queued_bytes;
 }
 
+// Receive slots have one fixed size, so a lower limit saves no memory here;
+// it is checked on receive as the TCP tier's decoder checks it.
+void VerbsTransport::set_max_payload(ConnId conn, uint32_t max_payload) {
+    VerbsConn* c = find_live(conn);
+    if (c != nullptr && c->state != VerbsConnState::Closed)
+        c->max_payload = std::min(max_payload, max_payload_);
+}
+
 // Posts one frame. Busy when the QP's send queue or the send slots are full
 // (nothing is consumed); Failed after ending the connection.
 VerbsTransport::PostResult VerbsTransport::post_frame(VerbsConn& c, const iovec* iov, int iovcnt,
@@ -244,7 +252,7 @@ void VerbsTransport::on_recv(const ibv_wc& wc, uint32_t slot) {
     ic::FrameHeader h;
     ic::FrameError fe = ic::FrameError::Truncated;
     if (len >= ic::kFrameHeaderSize) {
-        fe = ic::decode_frame_header(p, len, max_payload_, &h);
+        fe = ic::decode_frame_header(p, len, c->max_payload, &h);
         if (fe == ic::FrameError::None) {
             const size_t want = ic::kFrameHeaderSize + h.payload_len;
             if (len < want)

@@ -31,13 +31,14 @@ class EngineHostileTest : public EngineTest {
         };
         ASSERT_TRUE(pump([&] {
             return tail(node(b), a).size() >= 20 && tail(node(a), b).size() >= 20;
-        })) << "stream stalled" << [&] {
-            std::string out;
-            for (uint16_t id : {a, b})
-                for (const auto& l : node(id).host().logs)
-                    out += "\n node " + std::to_string(id) + ": " + l.second;
-            return out;
-        }();
+        })) << "stream stalled"
+            << [&] {
+                   std::string out;
+                   for (uint16_t id : {a, b})
+                       for (const auto& l : node(id).host().logs)
+                           out += "\n node " + std::to_string(id) + ": " + l.second;
+                   return out;
+               }();
         EXPECT_EQ(tail(node(b), a), iota_vec(20));
         EXPECT_EQ(tail(node(a), b), iota_vec(20));
         EXPECT_EQ(rpc(a, b, pattern(100, base)), PGRAC_IC_OK);
@@ -193,6 +194,23 @@ TEST_F(EngineHostileTest, UnauthenticatedConnectionsAreCappedAndTheirLogThrottle
         << "a real peer could not reconnect while idle connections were held";
     expect_link_works(1, 2, 300);
     for (int fd : fds) close(fd);
+}
+
+TEST_F(EngineHostileTest, BeforeAuthenticationFramesAreHandshakeSized) {
+    make(2);
+    bring_up();
+    const uint64_t before = errors(node(2), ErrorType::OversizedMessage);
+    const int fd = raw_connect(addrs_[1].port);
+    ASSERT_GE(fd, 0);
+    FrameHeader h;
+    h.type = FrameType::Hello;
+    h.src_node = 1;
+    const std::vector<uint8_t> f =
+        tiers::transporttest::make_frame(h, std::vector<uint8_t>(kMaxHandshakePayload + 1));
+    ASSERT_EQ(::write(fd, f.data(), f.size()), static_cast<ssize_t>(f.size()));
+    ASSERT_TRUE(pump([&] { return errors(node(2), ErrorType::OversizedMessage) > before; }));
+    ::close(fd);
+    expect_link_works(1, 2, 400);
 }
 
 class EngineProtectedTest : public EngineHostileTest,

@@ -169,6 +169,9 @@ class FaultyTransport final : public tiers::Transport, public tiers::TransportHa
         return inner_->send(conn, iov, iovcnt);
     }
     size_t queued_bytes(tiers::ConnId conn) const override { return inner_->queued_bytes(conn); }
+    void set_max_payload(tiers::ConnId conn, uint32_t max_payload) override {
+        inner_->set_max_payload(conn, max_payload);
+    }
     void close(tiers::ConnId conn) override { inner_->close(conn); }
     int wait_fd() const override { return inner_->wait_fd(); }
     void poll(int timeout_ms) override {
@@ -211,6 +214,7 @@ class FaultyTransport final : public tiers::Transport, public tiers::TransportHa
         open_.erase(conn);
         up_.on_closed(conn, reason, err);
     }
+    void on_accept_paused(int err, int pause_ms) override { up_.on_accept_paused(err, pause_ms); }
 
   private:
     // Hello: u8 min, u8 max, u8 len + cluster, u64 sysid, u16 node, u8 lane, nonce
@@ -443,7 +447,11 @@ class TestNode {
         engine_ = std::make_unique<Engine>(
             cfg_, s, *host_,
             [slot](tiers::TransportHandler& h) -> std::unique_ptr<tiers::Transport> {
-                auto t = std::make_unique<FaultyTransport>(h);
+                // As the listener configures TCP: small frames until authenticated.
+                tiers::TcpOptions o;
+                o.max_payload = static_cast<uint32_t>(kMessageHeaderSize + 65536 + kFrameTagSize);
+                o.initial_max_payload = kMaxHandshakePayload;
+                auto t = std::make_unique<FaultyTransport>(h, o);
                 *slot = t.get();
                 return t;
             });

@@ -266,6 +266,25 @@ TEST_F(VerbsPair, BadChecksumClosesWithFrameError) {
     EXPECT_NE(ra.closed[0].reason.find("bad_checksum"), std::string::npos) << ra.closed[0].reason;
 }
 
+// A connection starts at initial_max_payload; set_max_payload raises it.
+TEST_F(VerbsPair, FrameAboveTheConnectionLimitClosesUntilRaised) {
+    VerbsOptions ao = small_options();
+    ao.initial_max_payload = 1024;
+    connect_pair(ao, small_options());
+    const auto frame = message(1, 2000);
+    a->set_max_payload(aconn, 4096);
+    ASSERT_TRUE(send_frame(*b, bconn, frame));
+    ASSERT_TRUE(pump({a.get(), b.get()}, [&] { return ra.frames.size() == 1; }));
+    EXPECT_TRUE(payload_matches(ra.frames[0], frame));
+
+    dial();  // a new connection starts at the initial limit again
+    ASSERT_TRUE(send_frame(*b, bconn, frame));
+    ASSERT_TRUE(pump({a.get(), b.get()}, [&] { return !ra.closed.empty(); }));
+    EXPECT_EQ(ra.closed[0].conn, aconn);
+    EXPECT_EQ(ra.closed[0].frame_error, ic::FrameError::PayloadTooLarge);
+    EXPECT_EQ(ra.frames.size(), 1u);
+}
+
 TEST_F(VerbsPair, ZeroCopyUsesTheMrCache) {
     VerbsOptions o = small_options();
     o.zero_copy_min = 4096;
