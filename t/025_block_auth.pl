@@ -94,6 +94,17 @@ is( $n2->safe_psql('postgres',
 	$n1->safe_psql('postgres', "SELECT md5(pg_read_binary_file(pg_relation_filepath('cf_div')))"),
 	'... its new storage is (the row the TRUNCATE wrote is found in pg_class there)');
 
+# pg_class itself rewritten on the server (a new relation map): the serving
+# LMS workers, which cache where pg_class lives, must notice and read the new
+# one. Sixteen blocks spread over every worker, before (to fill the caches)
+# and after.
+my $blocks16 = "SELECT string_agg(md5(pgrac_fetch_block(1, 'cf_t', b)), ',' ORDER BY b)
+                  FROM generate_series(0, 15) b";
+my $before16 = $n2->safe_psql('postgres', $blocks16);
+$n1->safe_psql('postgres', 'VACUUM FULL pg_class; CHECKPOINT');
+is($n2->safe_psql('postgres', $blocks16), $before16,
+	'after VACUUM FULL pg_class on the server, its new pg_class is read');
+
 # The server locks the relation without waiting: a DDL lock there makes the
 # fetch fail at once with a retryable error.
 my $ddl = $n1->background_psql('postgres');

@@ -9,6 +9,7 @@
 extern "C" {
 #include "postgres.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "access/heapam.h"
@@ -65,6 +66,59 @@ Oid database_tablespace(Oid db, Oid spc) {
         if (access(file, F_OK) == 0) return c;
     }
     return InvalidOid;
+}
+
+// Where a database's pg_class lives, per LMS worker: reading the relation map
+// (open, read, close) on every request cost more than the rest of the check,
+// so it is read again only when its file changed (inode, size or mtime: the
+// relmapper rewrites it when a mapped catalog such as pg_class is rewritten).
+// The default tablespace cannot change while the request holds its lock on
+// the database (ALTER DATABASE SET TABLESPACE takes AccessExclusiveLock);
+// between requests a move makes the file vanish from the cached path.
+struct DbContext {
+    Oid db, datspc, classfile;
+    char map_path[MAXPGPATH];
+    ino_t ino;
+    off_t size;
+    struct timespec mtime;
+};
+constexpr uint32_t kDbContexts = 16;
+DbContext g_dbs[kDbContexts];
+
+bool same_file(const DbContext& c, const struct stat& st) {
+    return c.ino == st.st_ino && c.size == st.st_size && c.mtime.tv_sec == st.st_mtim.tv_sec &&
+           c.mtime.tv_nsec == st.st_mtim.tv_nsec;
+}
+
+// pg_class's storage in db, or false if db has no relation map where the
+// request's tablespace or pg_default would hold it.
+bool class_storage(Oid db, Oid req_spc, RelFileNode* cls, char** dbpath) {
+    DbContext& c = g_dbs[db % kDbContexts];
+    struct stat st;
+    if (c.db == db && stat(c.map_path, &st) == 0 && same_file(c, st)) {
+        *cls = RelFileNode{c.datspc, db, c.classfile};
+        *dbpath = nullptr;
+        return true;
+    }
+    const Oid datspc = database_tablespace(db, req_spc);
+    if (!OidIsValid(datspc)) return false;
+    char* path = GetDatabasePath(db, datspc);
+    c = DbContext{};
+    snprintf(c.map_path, sizeof c.map_path, "%s/pg_filenode.map", path);
+    // stat first: a map rewritten between the two is seen by the next request.
+    const bool stated = stat(c.map_path, &st) == 0;
+    const Oid classfile = RelationMapOidToFilenodeForDatabase(path, RelationRelationId);
+    if (stated) {
+        c.db = db;
+        c.datspc = datspc;
+        c.classfile = classfile;
+        c.ino = st.st_ino;
+        c.size = st.st_size;
+        c.mtime = st.st_mtim;
+    }
+    *cls = RelFileNode{datspc, db, classfile};
+    *dbpath = path;
+    return true;
 }
 
 // The tuple at off of a share-locked pg_class page, if it is relid's valid row.
@@ -129,17 +183,15 @@ char* mismatch(Oid db, Oid relid, RelFileNode rnode) {
         return psprintf("%u/%u/%u is not the storage of shared relation %u on node %d",
                         rnode.spcNode, rnode.dbNode, rnode.relNode, relid, pgrac_node_id);
     }
-    const Oid datspc = database_tablespace(db, rnode.spcNode);
-    if (rnode.dbNode != db || rnode.spcNode == GLOBALTABLESPACE_OID || !OidIsValid(datspc))
+    RelFileNode cls;
+    char* dbpath = nullptr;
+    if (rnode.dbNode != db || rnode.spcNode == GLOBALTABLESPACE_OID ||
+        !class_storage(db, rnode.spcNode, &cls, &dbpath))
         return psprintf(
             "database %u of block request %u/%u/%u does not exist on node %d "
             "(or its default tablespace is neither pg_default nor %u)",
             db, rnode.spcNode, rnode.dbNode, rnode.relNode, pgrac_node_id, rnode.spcNode);
-    char* dbpath = GetDatabasePath(db, datspc);
-    RelFileNode cls;
-    cls.spcNode = datspc;
-    cls.dbNode = db;
-    cls.relNode = RelationMapOidToFilenodeForDatabase(dbpath, RelationRelationId);
+    const Oid datspc = cls.spcNode;
     const ClassRow row = find_row(cls, relid);
     if (!row.found)
         return psprintf("relation %u does not exist in database %u on node %d", relid, db,
@@ -150,6 +202,7 @@ char* mismatch(Oid db, Oid relid, RelFileNode rnode) {
             "shipped",
             relid, db, pgrac_node_id,
             row.relkind == RELKIND_SEQUENCE ? "sequence" : "temporary relation");
+    if (!OidIsValid(row.relfilenode) && dbpath == nullptr) dbpath = GetDatabasePath(db, datspc);
     const Oid file = OidIsValid(row.relfilenode)
                          ? row.relfilenode
                          : RelationMapOidToFilenodeForDatabase(dbpath, relid);
@@ -179,6 +232,7 @@ bool block_identity_holds(Oid db, Oid relid, RelFileNode rnode) {
 
 void reset_block_identity_cache() {
     std::memset(g_places, 0, sizeof g_places);
+    std::memset(g_dbs, 0, sizeof g_dbs);
 }
 
 }  // namespace pgrac::glue
