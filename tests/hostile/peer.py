@@ -494,7 +494,8 @@ def case_len(a, when, which):
         if which == "0":
             data = p.seal(MESSAGE, b"", flags=F_REQUEST, seq=p.next_seq)
         elif which == "max":
-            data, _ = p.message(1, os.urandom(MAX_MESSAGE), send=False)
+            data, _ = p.message(1, os.urandom(MAX_MESSAGE), flags=F_REQUEST | F_CONTROL,
+                                send=False)
             assert len(data) == HEADER + limit
         else:
             data = raw_len_frame(p, MESSAGE, plen, send_len, True, F_REQUEST, p.next_seq)
@@ -712,19 +713,26 @@ def case_flood(a):
     end = time.monotonic() + a.hold
     # Hold them idle; drain whatever the instance sends, and count closes.
     closed = 0
-    live = set(socks)
+    poller = select.poll()
+    live = {}
+    for s in socks:
+        poller.register(s, select.POLLIN)
+        live[s.fileno()] = s
     while time.monotonic() < end and live:
-        r, _, _ = select.select(list(live)[:1000], [], [], 0.5)
-        for s in r:
+        for fd, ev in poller.poll(500):
+            s = live.get(fd)
+            if s is None:
+                continue
             try:
-                if not s.recv(4096):
-                    live.discard(s)
-                    closed += 1
+                data = s.recv(4096)
+            except BlockingIOError:
+                continue
             except OSError:
-                live.discard(s)
+                data = b""
+            if not data:
+                poller.unregister(fd)
+                del live[fd]
                 closed += 1
-        if not r:
-            time.sleep(0.2)
     result(closed_by_instance=closed, still_open=len(live))
     for s in socks:
         s.close()
