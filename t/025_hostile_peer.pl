@@ -159,6 +159,8 @@ attack(case => 'len_post_u32max', error => 'oversized_message', expect => \%drop
 attack(case => 'pre_bad_crc', error => 'bad_checksum', expect => \%dropped);
 attack(case => 'pre_bad_magic', error => 'malformed_frame', expect => \%dropped);
 attack(case => 'pre_message', error => 'handshake_failed', expect => \%dropped);
+# "a stream that ends inside a frame is `truncated`, counted as `malformed_frame`"
+attack(case => 'pre_truncated', error => 'malformed_frame', expect => \%dropped);
 attack(case => 'bad_crc', error => 'bad_checksum', expect => \%dropped);
 attack(case => 'bad_magic', error => 'malformed_frame', expect => \%dropped);
 attack(case => 'bad_type', error => 'malformed_frame', expect => \%dropped);

@@ -531,6 +531,12 @@ def case_bad(a, what):
             f = corrupt_crc(f)
         elif what == "pre_bad_magic":
             f = with_crc(pack_header(HELLO, 0, a.node_id, len(hello), magic=0x5A5A), hello)
+        elif what == "pre_truncated":
+            p.send_raw(f[:40])
+            time.sleep(0.2)
+            p.sock.shutdown(socket.SHUT_WR)
+            result(dropped="yes" if p.wait_closed(3) else "no")
+            return
         elif what == "pre_message":
             f = frame(MESSAGE, msg_header(1), a.node_id, F_REQUEST, seq=1)
         send_and_watch(p, f)
@@ -694,9 +700,10 @@ def case_flood(a):
             resource.setrlimit(resource.RLIMIT_NOFILE, (max(need, soft), max(need, hard)))
         except (ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    socks = []
     failed = 0
-    for _ in range(want):
+
+    def open_one():
+        nonlocal failed
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         s.setblocking(False)
         try:
@@ -706,20 +713,28 @@ def case_flood(a):
         except OSError:
             failed += 1
             s.close()
-            continue
-        socks.append(s)
-    result(opened=len(socks), connect_failed=failed)
-    print("FLOOD_READY", flush=True)
-    end = time.monotonic() + a.hold
-    # Hold them idle; drain whatever the instance sends, and count closes.
-    closed = 0
+            return None
+        return s
+
     poller = select.poll()
     live = {}
-    for s in socks:
+
+    def add(s):
         poller.register(s, select.POLLIN)
         live[s.fileno()] = s
-    while time.monotonic() < end and live:
-        for fd, ev in poller.poll(500):
+
+    for _ in range(want):
+        s = open_one()
+        if s:
+            add(s)
+    result(opened=len(live), connect_failed=failed)
+    print("FLOOD_READY", flush=True)
+    # Hold them idle for --hold seconds: whatever the instance closes is opened again,
+    # so that `want` connections stay open (or in the listen queue) the whole time.
+    end = time.monotonic() + a.hold
+    closed = reopened = 0
+    while time.monotonic() < end:
+        for fd, ev in poller.poll(200):
             s = live.get(fd)
             if s is None:
                 continue
@@ -732,11 +747,15 @@ def case_flood(a):
             if not data:
                 poller.unregister(fd)
                 del live[fd]
+                s.close()
                 closed += 1
-    result(closed_by_instance=closed, still_open=len(live))
-    for s in socks:
+                n = open_one()
+                if n:
+                    add(n)
+                    reopened += 1
+    result(closed_by_instance=closed, reopened=reopened, still_open=len(live))
+    for s in live.values():
         s.close()
-
 
 CASES = {
     "oversize_200000": lambda a: case_oversize(a, 200000),
@@ -750,7 +769,7 @@ CASES = {
 for _w in ("pre", "post"):
     for _x in ("0", "max", "max1", "u32max"):
         CASES["len_%s_%s" % (_w, _x)] = (lambda w, x: lambda a: case_len(a, w, x))(_w, _x)
-for _x in ("pre_bad_crc", "pre_bad_magic", "pre_message", "bad_crc", "bad_magic", "bad_type",
+for _x in ("pre_bad_crc", "pre_bad_magic", "pre_message", "pre_truncated", "bad_crc", "bad_magic", "bad_type",
            "bad_flags", "bad_msg_type", "reserved", "heartbeat_size", "backoff_size",
            "handshake_type", "src_node", "void_rpc", "truncated"):
     CASES[_x] = (lambda x: lambda a: case_bad(a, x))(_x)
