@@ -230,7 +230,7 @@ sub listener_cpu_ticks
 
 sub flood
 {
-	my ($label, $error) = @_;
+	my ($label, $error, @extra) = @_;
 	my $pid = $c->worker_pid(2, 'pgrac_ic listener');
 	ok($pid, "$label: node 2's listener is pid $pid");
 	system('prlimit', '--pid', $pid, '--nofile=1024:1024') == 0
@@ -242,7 +242,7 @@ sub flood
 	my ($out, $err) = ('', '');
 	my @cmd = ('python3', $peer_py, '--port', $c->ic_port(2), '--key-file', $c->{key_file},
 		'--node-id', 1, '--cluster', $cluster, '--system-id', $sysid, '--case', 'flood',
-		'--count', 1100, '--hold', 20);
+		'--count', 1100, '--hold', 20, @extra);
 	push @cmd, '--skip' if $skip{flood};
 	my $h = IPC::Run::start(\@cmd, '>', \$out, '2>', \$err, IPC::Run::timeout(60));
 	$h->pump until $out =~ /FLOOD_READY|skipped/ || !$h->pumpable;
@@ -258,6 +258,7 @@ sub flood
 	is($n3->safe_psql('postgres', "SELECT state FROM pg_cluster_ic_peers WHERE node_id = 2"),
 		'UP', "$label: node 2 stays UP on node 3");
 	$h->finish;
+	note($out);
 	like($out, qr/RESULT opened=1100/, "$label: 1100 connections opened") or diag($out . $err);
 	my $log_after = () = slurp_file($n2->logfile) =~ /\n/g;
 	cmp_ok($log_after - $log_before, '<', 100,
@@ -269,6 +270,7 @@ sub flood
 	healthy("$label, after");
 }
 
+# Held idle: the instance closes what is beyond the limit (or times it out).
 flood('flood (max_unauthenticated 64)', 'unauthenticated_limit');
 
 # With room for 5000 authenticating connections the listener runs out of
@@ -277,7 +279,8 @@ $n2->append_conf('postgresql.conf', "cluster.max_unauthenticated = 5000\n");
 $n2->restart;
 ok($c->wait_up(2, 2) && $c->wait_up(3, 2), 'node 2 restarted with cluster.max_unauthenticated = 5000');
 $start_time{2} = $n2->safe_psql('postgres', 'SELECT pg_postmaster_start_time()');
-flood('flood (max_unauthenticated 5000)', 'accept_paused');
+# Re-opening whatever the instance closes keeps the listener out of descriptors for 20 s.
+flood('flood (max_unauthenticated 5000)', 'accept_paused', '--reopen');
 
 $n2->stop('fast');
 $n3->stop('fast');

@@ -729,8 +729,8 @@ def case_flood(a):
             add(s)
     result(opened=len(live), connect_failed=failed)
     print("FLOOD_READY", flush=True)
-    # Hold them idle for --hold seconds: whatever the instance closes is opened again,
-    # so that `want` connections stay open (or in the listen queue) the whole time.
+    # Hold them idle for --hold seconds; with --reopen whatever the instance closes is
+    # opened again, so that `want` connections stay open (or queued) the whole time.
     end = time.monotonic() + a.hold
     closed = reopened = 0
     while time.monotonic() < end:
@@ -749,6 +749,8 @@ def case_flood(a):
                 del live[fd]
                 s.close()
                 closed += 1
+                if not a.reopen:
+                    continue
                 n = open_one()
                 if n:
                     add(n)
@@ -792,6 +794,8 @@ def main():
     ap.add_argument("--case", required=True, choices=sorted(CASES) + ["list"])
     ap.add_argument("--count", type=int, default=1100, help="flood: connections")
     ap.add_argument("--hold", type=float, default=20.0, help="flood: seconds")
+    ap.add_argument("--reopen", action="store_true",
+                    help="flood: re-open every connection the instance closes")
     ap.add_argument("--skip", action="store_true",
                     help="do not attack (to check that the TAP assertions can fail)")
     a = ap.parse_args()
