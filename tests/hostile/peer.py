@@ -7,7 +7,7 @@ Library: CRC32C, the frame codec, handshake v2 as a dialer, frame protection
 CLI: python3 peer.py --host H --port P --key-file F --node-id N --cluster NAME
                      --system-id ID --case CASE [--target-id T] [...]
 runs one attack case. Exit 0: the attack was performed (the assertions about
-the instance are made by the TAP test, t/025_hostile_peer.pl, through SQL).
+the instance are made by the TAP test, t/026_hostile_peer.pl, through SQL).
 Lines "RESULT key=value" on stdout report what the peer observed (e.g. whether
 the instance dropped the connection, what a Reject carried); the TAP test checks
 some of them. Exit 2: the attack could not be performed (e.g. the handshake
