@@ -9,6 +9,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
+note('single instance at stub');
 my $node = PostgreSQL::Test::Cluster->new('single');
 $node->init;
 $node->append_conf('postgresql.conf', <<'EOC');

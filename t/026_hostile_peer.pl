@@ -31,7 +31,8 @@ plan skip_all => 'python3-cryptography is not installed' unless $have_aead;
 
 my %skip = map { $_ => 1 } split /,/, ($ENV{PGRAC_HOSTILE_SKIP} // '');
 
-my $c = PgracCluster->new(n => 3, tier => 'tier3', start => 0);
+# The hostile peer speaks TCP: tier3 whatever PGRAC_TEST_TIER says.
+my $c = PgracCluster->new(n => 3, tier => 'tier3', fixed_tier => 1, start => 0);
 my ($n2, $n3) = ($c->node(2), $c->node(3));
 $_->start for ($n2, $n3);
 $_->safe_psql('postgres', 'CREATE EXTENSION pgrac_ic') for ($n2, $n3);

@@ -15,7 +15,12 @@ use Test::More;
 
 # PgracCluster->new(n => 3, tier => 'tier3', conf => "extra lines", name => 'node',
 #                   node_conf => { 2 => "lines for node 2" }, start => 1,
-#                   before_copy => sub { my $node1 = shift; ... })
+#                   fixed_tier => 0, before_copy => sub { my $node1 = shift; ... })
+# The tier: PGRAC_TEST_TIER when set (scripts/test runs the cluster suites at
+# tier3 on the host and at tier2 in the soft-RoCE VM), else `tier`; a test
+# whose cases only make sense on one tier passes fixed_tier => 1. At tier1 and
+# tier2 every instance listens on the RDMA netdev's address, PGRAC_RDMA_ADDR
+# (in the VM: RXEVM_IPADDR); at tier3 on 127.0.0.1.
 # before_copy (optional): run against node 1, started alone without pgrac_ic,
 # before its data directory is copied (e.g. pgbench -i): every copy then has
 # the same relations with the same relfilenodes and contents.
@@ -23,9 +28,19 @@ sub new
 {
 	my ($class, %args) = @_;
 	my $n = $args{n} // 3;
+	my $tier = $args{tier} // 'tier3';
+	$tier = $ENV{PGRAC_TEST_TIER} if $ENV{PGRAC_TEST_TIER} && !$args{fixed_tier};
+	my $host = '127.0.0.1';
+	if ($tier eq 'tier1' || $tier eq 'tier2')
+	{
+		$host = $ENV{PGRAC_RDMA_ADDR} // $ENV{RXEVM_IPADDR}
+		  // die "$tier needs PGRAC_RDMA_ADDR, the address of the RDMA netdev\n";
+	}
+	note("cluster of $n instances at $tier on $host");
 	my $self = bless {
 		n => $n,
-		tier => $args{tier} // 'tier3',
+		tier => $tier,
+		host => $host,
 		nodes => [],
 		ic_ports => [],
 	}, $class;
@@ -80,7 +95,7 @@ sub write_key
 sub nodes_setting
 {
 	my ($self) = @_;
-	return join(',', map { "$_\@127.0.0.1:$self->{ic_ports}[$_ - 1]" } 1 .. $self->{n});
+	return join(',', map { "$_\@$self->{host}:$self->{ic_ports}[$_ - 1]" } 1 .. $self->{n});
 }
 
 sub conf_for
@@ -102,6 +117,21 @@ EOC
 }
 
 sub n { return $_[0]->{n}; }
+sub tier { return $_[0]->{tier}; }
+# The address the instances' interconnect listens on.
+sub ic_host { return $_[0]->{host}; }
+
+# True when the cluster runs one of the given tiers; otherwise says in the
+# output why the cases that follow are skipped here (use with SKIP blocks:
+#   SKIP: { skip 'needs TCP', 3 unless $c->on_tier('tier3', 'kills TCP connections'); ... }).
+sub on_tier
+{
+	my ($self, @args) = @_;
+	my $why = pop @args;
+	return 1 if grep { $_ eq $self->{tier} } @args;
+	note("not at $self->{tier}: $why");
+	return 0;
+}
 sub node { my ($self, $i) = @_; return $self->{nodes}[ $i - 1 ]; }
 sub nodes { return @{ $_[0]->{nodes} }; }
 sub ic_port { my ($self, $i) = @_; return $self->{ic_ports}[ $i - 1 ]; }
