@@ -68,9 +68,10 @@ void decide(Decision& d) {
         d.port = td.port;
     }
     copy(d.reason, sizeof d.reason, reason);
-    d.fell_back =
-        (requested == Tier::Auto || requested == Tier::Tier1 || requested == Tier::Tier2) &&
-        d.active == Tier::Tier3;
+    // A WARNING when auto ends at TCP, or an explicit RDMA tier is not the one
+    // that runs (tier1 asked on a RoCE port runs tier2).
+    d.fell_back = (requested == Tier::Auto && d.active == Tier::Tier3) ||
+                  ((requested == Tier::Tier1 || requested == Tier::Tier2) && d.active != requested);
 
     pgrac::tiers::VerifyOptions opts;
     opts.requested_tier = pgrac::ic::tier_name(requested);
