@@ -12,6 +12,14 @@ from .util import log, rel
 
 KINDS = ["listener", "lms", "reset", "freeze_short", "freeze_long", "kill", "partition",
          "one_way", "loss"]
+# Delay, jitter, reordering and loss by tc netem: added to KINDS by enable_netem()
+# where the kernel has sch_netem (the run logs whether it does).
+NETEM_KIND = "netem"
+
+
+def enable_netem():
+    if NETEM_KIND not in KINDS:
+        KINDS.append(NETEM_KIND)
 
 FREEZE_SHORT_S = 1.0   # shorter than cluster.peer_timeout (3s)
 FREEZE_LONG_S = 5.0    # longer than cluster.peer_timeout
@@ -97,6 +105,15 @@ def inject(kind, cluster, i, rng):
             netns.one_way(tag, i, j)
             f["detail"] = "node %d -> node %d dropped for %.1f s" % (i, j, secs)
             time.sleep(secs)
+        elif kind == NETEM_KIND:
+            delay = rng.randint(10, 60)
+            loss = rng.uniform(1.0, 5.0)
+            secs = rng.uniform(5.0, 10.0)
+            f["start"] = time.time()
+            netns.netem(tag, i, delay, delay // 2, 25, loss)
+            f["detail"] = ("node %d: netem delay %d±%d ms, 25%% reordered, %.1f%% lost for %.1f s"
+                           % (i, delay, delay // 2, loss, secs))
+            time.sleep(secs)
         elif kind == "loss":
             p = rng.uniform(0.10, 0.20)
             secs = rng.uniform(5.0, 10.0)
@@ -109,7 +126,7 @@ def inject(kind, cluster, i, rng):
     except Exception as e:  # noqa: BLE001 - a fault that could not be made is logged
         f["error"] = str(e).strip().splitlines()[0][:200] if str(e).strip() else repr(e)
     finally:
-        if kind in ("partition", "one_way", "loss"):
+        if kind in ("partition", "one_way", "loss", NETEM_KIND):
             netns.heal(tag, i)
         if f["frozen"]:
             pm = node.postmaster_pid()

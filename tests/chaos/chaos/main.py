@@ -80,6 +80,12 @@ def run(args):
     try:
         netns.setup(args.tag, args.nodes)
         log("namespaces %s* up (nodes at %s.1..%d)" % (args.tag, netns.SUBNET, args.nodes))
+        if netns.netem_available(args.tag, 1):
+            faults.enable_netem()
+            log("network faults include tc netem (delay, jitter, reordering, loss)")
+        else:
+            log("network faults without tc netem: this kernel has no sch_netem "
+                "(iptables loss and drops only)")
         cluster.create()
         cluster.start()
         log("cluster up: every node sees %d nodes UP" % args.nodes)

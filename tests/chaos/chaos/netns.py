@@ -61,6 +61,25 @@ def teardown(tag, n):
 def heal(tag, i):
     ipt(tag, i, "-F", "CHAOS_IN", check=False)
     ipt(tag, i, "-F", "CHAOS_OUT", check=False)
+    run(["ip", "netns", "exec", node_ns(tag, i), "tc", "qdisc", "del", "dev", "eth0", "root"],
+        timeout=15, check=False, quiet=True)
+
+
+def netem_available(tag, i):
+    """Whether this kernel has sch_netem (a netem qdisc can be put on node i's eth0)."""
+    ns = node_ns(tag, i)
+    p = run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "eth0", "root", "netem",
+             "delay", "1ms"], timeout=15, check=False, quiet=True)
+    run(["ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", "eth0", "root"],
+        timeout=15, check=False, quiet=True)
+    return p.returncode == 0
+
+
+def netem(tag, i, delay_ms, jitter_ms, reorder_pct, loss_pct):
+    """Node i's packets are delayed (with jitter), reordered and lost by netem."""
+    run(["ip", "netns", "exec", node_ns(tag, i), "tc", "qdisc", "replace", "dev", "eth0",
+         "root", "netem", "delay", "%dms" % delay_ms, "%dms" % jitter_ms,
+         "reorder", "%d%%" % reorder_pct, "50%", "loss", "%.1f%%" % loss_pct], timeout=15)
 
 
 def partition(tag, i):
