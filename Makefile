@@ -51,3 +51,18 @@ all: $(CTL_BIN)
 .PHONY: check-rdma
 check-rdma:
 	bash tests/rxe/tap_in_vm.sh
+
+# The example upper layer (examples/pgrac_example/README.md): a separate PGXS
+# extension built against the installed pgrac_ic header, so after make install.
+# install-example is what t/027_example_upper_layer.pl needs; its stub-tier
+# pg_regress runs with installcheck-example (as the postgres user).
+.PHONY: example install-example installcheck-example clean-example
+example:
+	$(MAKE) -C examples/pgrac_example PG_CONFIG=$(PG_CONFIG)
+install-example: example
+	$(MAKE) -C examples/pgrac_example install PG_CONFIG=$(PG_CONFIG)
+installcheck-example:
+	$(MAKE) -C examples/pgrac_example installcheck PG_CONFIG=$(PG_CONFIG)
+clean-example:
+	$(MAKE) -C examples/pgrac_example clean PG_CONFIG=$(PG_CONFIG)
+clean: clean-example

@@ -37,7 +37,8 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
         "rdma",
         "check the RDMA stack in order: HCA presence, vendor, driver and rdma-core, hugepages, "
         "NUMA and "
-        "IRQ affinity, PFC/ECN, a verbs loopback test, and the tier an instance would run at. "
+        "IRQ affinity, PFC/ECN, the server's locked-memory limit, a verbs loopback test, and the "
+        "tier an instance would run at. "
         "Exit 0 when no check fails, 1 when one does, 2 on usage errors.");
     rdma->add_option("--device", vcmd.device,
                      "check this RDMA device (default: the one an instance would use)")
@@ -52,6 +53,24 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
         ->capture_default_str();
     rdma->add_option("--bw-iters", vcmd.bw_iters, "loopback bandwidth messages (64 KiB)")
         ->check(CLI::Range(1, 10000000))
+        ->capture_default_str();
+
+    CLI::Option* pid_opt =
+        rdma->add_option("--pid", vcmd.memlock.pid,
+                         "locked-memory check: this postmaster's limit (default: every running "
+                         "postmaster's)")
+            ->check(CLI::PositiveNumber)
+            ->option_text("PID");
+    rdma->add_option("--pgdata", vcmd.memlock.pgdata,
+                     "locked-memory check: the postmaster of this data directory")
+        ->option_text("DIR")
+        ->excludes(pid_opt);
+    rdma->add_option("--user", vcmd.memlock.user,
+                     "locked-memory check: only postmasters running as this user")
+        ->option_text("NAME");
+    rdma->add_option("--hugepage-size", vcmd.memlock.hugepage_size,
+                     "locked-memory check: the instances' cluster.rdma_hugepage_size")
+        ->check(CLI::IsMember({"none", "2MB", "1GB"}))
         ->capture_default_str();
 
     // numa bind-irqs

@@ -141,7 +141,10 @@ VerifyReport run_verify(const tiers::SysRoots& roots, const VerifyCmd& cmd) {
     r.checks = tiers::run_quick_checks(r.inv, roots, opts);
     auto tier_it = std::find_if(r.checks.begin(), r.checks.end(),
                                 [](const CheckResult& c) { return c.id == "tier"; });
-    r.checks.insert(tier_it, loopback_check(r, cmd));
+    tier_it = r.checks.insert(
+        tier_it,
+        memlock_check(roots, cmd.memlock, r.decision.ok ? tiers::tier_name(r.decision.tier) : ""));
+    r.checks.insert(tier_it + 1, loopback_check(r, cmd));
     for (const CheckResult& c : r.checks)
         if (c.status == CheckStatus::kFail) r.exit_code = 1;
     return r;

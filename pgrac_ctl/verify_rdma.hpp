@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "loopback.hpp"
+#include "memlock.hpp"
 #include "tiers/rdma_checks.hpp"
 
 namespace pgrac::ctl {
@@ -21,6 +22,7 @@ struct VerifyCmd {
     bool json = false;
     int iters = 1000;    // loopback ping-pong round trips
     int bw_iters = 256;  // loopback 64 KiB messages streamed
+    MemlockCmd memlock;  // whose locked-memory limit, and the pool's page size
 };
 
 struct VerifyReport {

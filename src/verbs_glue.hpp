@@ -15,18 +15,9 @@
 
 namespace pgrac::glue {
 
-// The largest frame payload the engine produces is one message: the message
-// header plus PGRAC_IC_MAX_MESSAGE bytes of body (send_path.cpp refuses more;
-// handshake, heartbeat and ack frames are far smaller). Every instance of a
-// build derives the verbs receive-slot size from this constant alone, so both
-// ends of a connection always agree on it.
-inline constexpr uint32_t kVerbsMaxPayload =
-    (static_cast<uint32_t>(ic::kMessageHeaderSize + ic::kFrameTagSize) + PGRAC_IC_MAX_MESSAGE +
-     1023u) &
-    ~1023u;
-static_assert(kVerbsMaxPayload >=
-              ic::kMessageHeaderSize + ic::kFrameTagSize + PGRAC_IC_MAX_MESSAGE);
-static_assert(kVerbsMaxPayload <= ic::kMaxFramePayload);
+// The largest frame payload (one message): defined with the transport, which
+// pgrac_ctl sizes the buffer pool with too.
+using tiers::kVerbsMaxPayload;
 
 // VerbsOptions from cluster.rdma_* (device/port: the decision at start).
 tiers::VerbsOptions verbs_options(const char* device, int port);

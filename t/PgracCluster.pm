@@ -15,7 +15,8 @@ use Test::More;
 
 # PgracCluster->new(n => 3, tier => 'tier3', conf => "extra lines", name => 'node',
 #                   node_conf => { 2 => "lines for node 2" }, start => 1,
-#                   fixed_tier => 0, before_copy => sub { my $node1 = shift; ... })
+#                   fixed_tier => 0, before_copy => sub { my $node1 = shift; ... },
+#                   preload => ['pgrac_example'])
 # The tier: PGRAC_TEST_TIER when set (scripts/test runs the cluster suites at
 # tier3 on the host and at tier2 in the soft-RoCE VM), else `tier`; a test
 # whose cases only make sense on one tier passes fixed_tier => 1. At tier1 and
@@ -24,6 +25,8 @@ use Test::More;
 # before_copy (optional): run against node 1, started alone without pgrac_ic,
 # before its data directory is copied (e.g. pgbench -i): every copy then has
 # the same relations with the same relfilenodes and contents.
+# preload (optional): libraries loaded after pgrac_ic (shared_preload_libraries
+# = 'pgrac_ic,...'), e.g. an upper layer that registers handlers.
 sub new
 {
 	my ($class, %args) = @_;
@@ -43,6 +46,7 @@ sub new
 		host => $host,
 		nodes => [],
 		ic_ports => [],
+		preload => join(',', 'pgrac_ic', @{ $args{preload} // [] }),
 	}, $class;
 
 	$self->{ic_ports} = [ map { PostgreSQL::Test::Cluster::get_free_port() } 1 .. $n ];
@@ -104,7 +108,7 @@ sub conf_for
 	my $port = $self->node($i)->port;
 	return <<"EOC";
 port = $port
-shared_preload_libraries = 'pgrac_ic'
+shared_preload_libraries = '$self->{preload}'
 cluster.interconnect_tier = $self->{tier}
 cluster.node_id = $i
 cluster.nodes = '@{[ $self->nodes_setting ]}'

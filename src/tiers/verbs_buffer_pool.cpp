@@ -63,7 +63,7 @@ bool BufferPool::create(size_t slots, size_t slot_bytes, uint64_t page_size, int
     const size_t want = slots * slot_bytes;
     std::string failed;
     for (uint64_t page : tries) {
-        const size_t len = (want + page - 1) / page * page;
+        const size_t len = mapped_bytes(want, page);
         int err = 0;
         void* p = map_pages(len, page, &err);
         if (p == nullptr) {

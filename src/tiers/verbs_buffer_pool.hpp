@@ -37,6 +37,10 @@ class BufferPool {
     long index_of(const void* p) const;
 
     static size_t round_slot(size_t frame_bytes) { return (frame_bytes + 63) & ~size_t{63}; }
+    // What create() maps for `want` bytes on pages of `page` bytes.
+    static size_t mapped_bytes(size_t want, uint64_t page) {
+        return (want + page - 1) / page * page;
+    }
 
   private:
     uint8_t* base_ = nullptr;

@@ -47,7 +47,21 @@ std::string errtext(const std::string& what, int err) {
     return what + ": " + std::strerror(err);
 }
 
+// One buffer-pool slot: a whole frame, header and payload.
+size_t pool_slot_bytes(uint32_t max_payload) {
+    return BufferPool::round_slot(ic::kFrameHeaderSize + max_payload);
+}
+
 }  // namespace
+
+size_t verbs_pool_bytes(const VerbsOptions& o) {
+    const uint64_t small = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    const uint64_t page = o.hugepage_size >= (1ull << 30)   ? (1ull << 30)
+                          : o.hugepage_size >= (2ull << 20) ? (2ull << 20)
+                                                            : small;
+    const size_t slots = size_t{o.send_slots} + std::max<uint32_t>(o.recv_slots, 2);
+    return BufferPool::mapped_bytes(slots * pool_slot_bytes(o.max_payload), page);
+}
 
 VerbsTransport::VerbsTransport(TransportHandler& handler, const VerbsOptions& opts)
     : handler_(handler),
@@ -271,7 +285,7 @@ bool VerbsTransport::start(std::string* error) {
     }
 
     // Buffers: send slots then receive slots, one registration for all.
-    const size_t slot_bytes = BufferPool::round_slot(ic::kFrameHeaderSize + max_payload_);
+    const size_t slot_bytes = pool_slot_bytes(max_payload_);
     if (!pool_.create(size_t{opts_.send_slots} + srq_depth_, slot_bytes, opts_.hugepage_size,
                       status_.numa_node, error))
         return false;

@@ -11,9 +11,25 @@
 #include <memory>
 #include <string>
 
+#include "ic/frame.hpp"
+#include "ic/frame_guard.hpp"
+#include "pgrac_ic/pgrac_ic.h"
 #include "tiers/transport.hpp"
 
 namespace pgrac::tiers {
+
+// The largest frame payload the engine produces is one message: the message
+// header plus PGRAC_IC_MAX_MESSAGE bytes of body (send_path.cpp refuses more;
+// handshake, heartbeat and ack frames are far smaller). Every instance of a
+// build derives the verbs receive-slot size from this constant alone, so both
+// ends of a connection always agree on it (the extension's max_payload).
+inline constexpr uint32_t kVerbsMaxPayload =
+    (static_cast<uint32_t>(ic::kMessageHeaderSize + ic::kFrameTagSize) + PGRAC_IC_MAX_MESSAGE +
+     1023u) &
+    ~1023u;
+static_assert(kVerbsMaxPayload >=
+              ic::kMessageHeaderSize + ic::kFrameTagSize + PGRAC_IC_MAX_MESSAGE);
+static_assert(kVerbsMaxPayload <= ic::kMaxFramePayload);
 
 enum class XrcMode { kAuto, kOn, kOff };  // mirrors cluster.rdma_use_xrc
 
@@ -70,6 +86,13 @@ struct VerbsStatus {
     std::string cq_note;
     uint32_t max_inline = 0, qp_send_depth = 0, srq_depth = 0, max_payload = 0;
 };
+
+// The most bytes the buffer pool of a transport made with `o` maps and
+// registers (ibv_reg_mr pins them all, against RLIMIT_MEMLOCK): send slots +
+// receive slots (fewer on a device whose SRQ is smaller), each
+// round64(frame header + max_payload), rounded up to pages of hugepage_size
+// (normal pages when 0). `pgrac_ctl verify rdma` checks the limit against it.
+size_t verbs_pool_bytes(const VerbsOptions& o);
 
 // Creates the transport on the chosen device: PD, CQ with its completion
 // channel, SRQ, buffer pool. nullptr with *error set when there is no usable

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "loopback.hpp"
+#include "memlock.hpp"
 #include "status.hpp"
 #include "table.hpp"
 #include "tiers/rdma_checks.hpp"
@@ -110,7 +111,8 @@ struct Scenario {
     const char* tier;
     const char* device;  // nullptr: none
     const char* vendor;
-    std::vector<std::string> results;  // hca vendor driver hugepages numa pfc_ecn loopback tier
+    std::vector<std::string>
+        results;  // hca vendor driver hugepages numa pfc_ecn memlock loopback tier
 };
 
 const std::vector<Scenario> kScenarios = {
@@ -119,33 +121,38 @@ const std::vector<Scenario> kScenarios = {
      "tier3",
      nullptr,
      nullptr,
-     {"FAIL", "SKIP", "SKIP", "WARN", "SKIP", "SKIP", "SKIP", "WARN"}},
+     {"FAIL", "SKIP", "SKIP", "WARN", "SKIP", "SKIP", "SKIP", "SKIP", "WARN"}},
     {"mlx5_ib_good",
      0,
      "tier1",
      "mlx5_0",
      "mlx5",
-     {"PASS", "PASS", "PASS", "PASS", "PASS", "SKIP", "SKIP", "PASS"}},
+     {"PASS", "PASS", "PASS", "PASS", "PASS", "SKIP", "PASS", "SKIP", "PASS"}},
     {"mlx5_roce_wrong_numa",
      1,
      "tier2",
      "mlx5_0",
      "mlx5",
-     {"PASS", "PASS", "PASS", "PASS", "FAIL", "WARN", "SKIP", "PASS"}},
+     {"PASS", "PASS", "PASS", "PASS", "FAIL", "WARN", "FAIL", "SKIP", "PASS"}},
     {"non_mlx5",
      0,
      "tier2",
      "bnxt_re0",
      "other",
-     {"PASS", "PASS", "PASS", "WARN", "WARN", "WARN", "SKIP", "PASS"}},
+     {"PASS", "PASS", "PASS", "WARN", "WARN", "WARN", "WARN", "SKIP", "PASS"}},
 };
 
-const std::vector<std::string> kIds = {"hca",  "vendor",  "driver",   "hugepages",
-                                       "numa", "pfc_ecn", "loopback", "tier"};
-const std::vector<std::string> kNames = {"HCA presence",          "vendor",
-                                         "driver and rdma-core",  "hugepages",
-                                         "NUMA and IRQ affinity", "PFC/ECN \\(RoCE\\)",
-                                         "loopback test",         "tier"};
+const std::vector<std::string> kIds = {"hca",     "vendor",  "driver",   "hugepages", "numa",
+                                       "pfc_ecn", "memlock", "loopback", "tier"};
+const std::vector<std::string> kNames = {"HCA presence",
+                                         "vendor",
+                                         "driver and rdma-core",
+                                         "hugepages",
+                                         "NUMA and IRQ affinity",
+                                         "PFC/ECN \\(RoCE\\)",
+                                         "locked memory",
+                                         "loopback test",
+                                         "tier"};
 
 }  // namespace
 
@@ -244,7 +251,8 @@ TEST(CtlGolden, VerifyWithOptions) {
 // pg_cluster_rdma_status.verify_issues of an instance started on the same
 // machine: src/tier_startup.cpp calls quick_verify_issues with these options.
 // They must be exactly the WARN/FAIL rows of verify rdma (bar the loopback
-// test, which only pgrac_ctl runs), in the same words.
+// test and the locked-memory limit of running servers, which only pgrac_ctl
+// checks), in the same words.
 TEST(CtlVerify, SameIssuesAsARunningInstance) {
     for (const Scenario& s : kScenarios) {
         SCOPED_TRACE(s.name);
@@ -263,7 +271,8 @@ TEST(CtlVerify, SameIssuesAsARunningInstance) {
         std::vector<std::string> tool;
         for (const auto& c : j["checks"]) {
             const std::string result = c["result"];
-            if (c["id"] != "loopback" && (result == "WARN" || result == "FAIL"))
+            if (c["id"] != "loopback" && c["id"] != "memlock" &&
+                (result == "WARN" || result == "FAIL"))
                 tool.push_back(c["id"].get<std::string>() + ": " + result + ": " +
                                c["detail"].get<std::string>());
         }
@@ -293,6 +302,93 @@ TEST(CtlVerify, DeviceStrictAndTierOptions) {
     EXPECT_EQ(j["tier"], "tier1");
     EXPECT_EQ(j["checks"].back()["result"], "WARN");
     EXPECT_EQ(r.rc, 0);
+}
+
+// The locked-memory check reads the postmasters' /proc/<pid>/limits in the
+// recorded trees: unlimited or CAP_IPC_LOCK pass, 8 MiB fails, the bare pool
+// warns; --pid, --pgdata, --user and --hugepage-size choose what is checked.
+TEST(CtlVerify, MemlockOfTheRunningServer) {
+    auto memlock = [](const std::string& scenario, const std::string& opts) {
+        const CtlRun r = ctl(roots(scenario) + " verify rdma --json " + opts);
+        const nlohmann::json j = nlohmann::json::parse(r.out);
+        for (const auto& c : j["checks"])
+            if (c["id"] == "memlock") return c;
+        return nlohmann::json();
+    };
+    auto has = [](const nlohmann::json& c, const std::string& text) {
+        return c["detail"].get<std::string>().find(text) != std::string::npos;
+    };
+    // Pool: 768 slots of 66624 bytes = 51167232 bytes, 25 pages of 2 MB.
+    EXPECT_EQ(pgrac::ctl::memlock_pool_bytes("2MB"), 25u * (2u << 20));
+    EXPECT_EQ(pgrac::ctl::memlock_pool_bytes("none"), 768u * 66624u);
+    EXPECT_EQ(pgrac::ctl::memlock_pool_bytes("1GB"), 1u << 30);
+
+    // Every postmaster; the backend (a child of one) is not one.
+    nlohmann::json c = memlock("mlx5_ib_good", "");
+    EXPECT_EQ(c["result"], "PASS");
+    EXPECT_TRUE(has(c, "postmaster 4242 (uid 109): soft limit unlimited")) << c;
+    EXPECT_TRUE(has(c, "postmaster 5151 (uid 110): has CAP_IPC_LOCK")) << c;
+    EXPECT_FALSE(has(c, "4250")) << c;
+    EXPECT_EQ(pgrac::ctl::find_postmasters(kData + "mlx5_ib_good/proc"),
+              (std::vector<int>{4242, 5151}));
+
+    c = memlock("mlx5_roce_wrong_numa", "");
+    EXPECT_EQ(c["result"], "FAIL");
+    EXPECT_TRUE(has(c, "postmaster 3100 (uid 109): soft limit 8.0 MiB")) << c;
+    EXPECT_NE(c["action"].get<std::string>().find(
+                  "LimitMEMLOCK=infinity in /etc/systemd/system/postgresql@.service.d/pgrac.conf"),
+              std::string::npos);
+    EXPECT_NE(c["action"].get<std::string>().find("/etc/security/limits.d/pgrac.conf"),
+              std::string::npos);
+
+    c = memlock("non_mlx5", "");  // 50 MiB: the pool fits, no room for the queues
+    EXPECT_EQ(c["result"], "WARN");
+    EXPECT_EQ(memlock("non_mlx5", "--hugepage-size 1GB")["result"], "FAIL");
+    c = memlock("non_mlx5", "--hugepage-size none");  // 48.8 MiB + 4 MiB > 50 MiB
+    EXPECT_EQ(c["result"], "WARN");
+    EXPECT_TRUE(has(c, "pins 48.8 MiB (on normal pages)")) << c;
+
+    EXPECT_EQ(memlock("no_hca", "")["result"], "SKIP");  // tier3: no pool
+
+    // --pid: any process; --pgdata: the pid in postmaster.pid.
+    c = memlock("mlx5_ib_good", "--pid 4250");
+    EXPECT_EQ(c["result"], "FAIL");
+    EXPECT_TRUE(has(c, "process 4250 (uid 109): soft limit 8.0 MiB")) << c;
+    c = memlock("mlx5_ib_good", "--pid 99999");
+    EXPECT_EQ(c["result"], "FAIL");
+    EXPECT_TRUE(has(c, "no process 99999 (--pid)")) << c;
+    char dir[] = "/tmp/pgrac_ctl_pgdata_XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    EXPECT_EQ(memlock("mlx5_ib_good", std::string("--pgdata ") + dir)["result"], "FAIL");
+    std::ofstream(std::string(dir) + "/postmaster.pid") << "4242\n/var/lib/postgresql/15/main\n";
+    c = memlock("mlx5_ib_good", std::string("--pgdata ") + dir);
+    EXPECT_EQ(c["result"], "PASS");
+    EXPECT_TRUE(has(c, "process 4242 (uid 109)")) << c;
+    fs::remove_all(dir);
+    EXPECT_EQ(ctl(roots("mlx5_ib_good") + " verify rdma --pid 1 --pgdata /tmp").rc, 2);
+
+    // --user: only that user's postmasters (none of root's in the tree); an unknown user fails.
+    c = memlock("mlx5_ib_good", "--user root");
+    EXPECT_EQ(c["result"], "SKIP");
+    EXPECT_TRUE(has(c, "no running postmaster of user root found")) << c;
+    EXPECT_EQ(memlock("mlx5_ib_good", "--user no_such_user_pgrac")["result"], "FAIL");
+}
+
+TEST(CtlVerify, ParsesTheLockedMemoryLimit) {
+    using pgrac::ctl::kUnlimited;
+    const std::string head =
+        "Limit                     Soft Limit           Hard Limit           Units\n";
+    auto lim = pgrac::ctl::parse_memlock_limits(
+        head + "Max locked memory         8388608              unlimited            bytes\n");
+    ASSERT_TRUE(lim);
+    EXPECT_EQ(lim->soft, 8388608u);
+    EXPECT_EQ(lim->hard, kUnlimited);
+    lim = pgrac::ctl::parse_memlock_limits(
+        head + "Max locked memory         unlimited            unlimited            bytes\n");
+    ASSERT_TRUE(lim);
+    EXPECT_EQ(lim->soft, kUnlimited);
+    EXPECT_FALSE(pgrac::ctl::parse_memlock_limits(head + "Max open files 1024 4096 files\n"));
+    EXPECT_FALSE(pgrac::ctl::parse_memlock_limits("Max locked memory         lots   x  bytes\n"));
 }
 
 TEST(CtlUsage, ExitCodesAndHelp) {
@@ -355,6 +451,7 @@ TEST(CtlBindIrqs, WritesACopyOfTheTree) {
     const std::string dir = tmpl;
     fs::copy(kData + "mlx5_roce_wrong_numa", dir,
              fs::copy_options::recursive | fs::copy_options::copy_symlinks);
+    fs::remove_all(dir + "/proc/3100");  // its postmaster's 8 MiB limit would fail verify
     const std::string args = "--sysfs-root " + dir + "/sys --procfs-root " + dir + "/proc";
 
     CtlRun r = ctl(args + " numa bind-irqs");

@@ -58,6 +58,15 @@ maps() { local lib="/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.$2"
     "7f2b4c1d6000-7f2b4c1e9000 r-xp 00006000 fe:01 1050962                    $lib" \
     "7ffd5e3f1000-7ffd5e412000 rw-p 00000000 00:00 0                          [stack]" > "$1/proc/self/maps.tmp"
   mv "$1/proc/self/maps.tmp" "$1/proc/self/maps"; }
+# proc_entry ROOT PID PPID UID CAPEFF MEMLOCK_SOFT MEMLOCK_HARD [COMM]: a process as
+# pgrac_ctl's locked-memory check reads it (proc(5): comm, status, limits)
+proc_entry() { local d="$1/proc/$2"
+  w "$d/comm" "${8:-postgres}"
+  printf 'Name:\t%s\nUmask:\t0077\nState:\tS (sleeping)\nTgid:\t%s\nPid:\t%s\nPPid:\t%s\nUid:\t%s\t%s\t%s\t%s\nGid:\t%s\t%s\t%s\t%s\nCapInh:\t0000000000000000\nCapPrm:\t%s\nCapEff:\t%s\n' \
+    "${8:-postgres}" "$2" "$2" "$3" "$4" "$4" "$4" "$4" "$4" "$4" "$4" "$4" "$5" "$5" > "$d/status"
+  printf '%-26s%-21s%-21s%-10s\n' "Limit" "Soft Limit" "Hard Limit" "Units" \
+    "Max cpu time" unlimited unlimited seconds "Max open files" 1024 524288 files \
+    "Max locked memory" "$6" "$7" bytes "Max address space" unlimited unlimited bytes > "$d/limits"; }
 
 # no_hca: a four-CPU box without RDMA hardware
 R=no_hca; hp $R 0 0 0 0; node $R 0 0-3; kernel $R; mkdir -p $R/proc/self; maps $R 44.0; w "$R/proc/irq/24/smp_affinity_list" 0-3
@@ -71,6 +80,12 @@ w "$R/sys/devices/$P/infiniband/mlx5_0/board_id" MT_0000000223
 port $R $P mlx5_0 "4: ACTIVE" InfiniBand "200 Gb/sec (4X HDR)" 0x3
 hp $R 1024 1000 0 0; node $R 0 0-7; node $R 1 8-15; kernel $R; mkdir -p $R/proc/self; maps $R 50.0
 irqs $R 98 105 0 1 2 3 4 5 6 7
+# a postmaster (systemd's child, LimitMEMLOCK=infinity) with one backend, and a second
+# one whose limit is tiny but which has CAP_IPC_LOCK
+w "$R/proc/1/comm" systemd
+proc_entry $R 4242 1 109 0000000000000000 unlimited unlimited
+proc_entry $R 4250 4242 109 0000000000000000 8388608 8388608
+proc_entry $R 5151 1 110 0000000000004000 65536 65536
 
 # mlx5_roce_wrong_numa: ConnectX-5 RoCE v2 on node 1, its IRQs on node 0, DCQCN on prio 3
 R=mlx5_roce_wrong_numa; P=pci0000:ae/0000:ae:00.0/0000:af:00.0
@@ -84,6 +99,8 @@ for dir in roce_np roce_rp; do for p in 0 1 2 3 4 5 6 7; do
   w "$R/sys/devices/$P/net/ens1f0np0/ecn/$dir/enable/$p" "$([ $p = 3 ] && echo 1 || echo 0)"; done; done
 hp $R 512 512 4 4; node $R 0 0-7; node $R 1 8-15; kernel $R; mkdir -p $R/proc/self; maps $R 50.0
 irqs $R 130 137 0 1 2 3 4 5 6 7
+# a postmaster with systemd's default locked-memory limit (8 MiB): too little
+proc_entry $R 3100 1 109 0000000000000000 8388608 8388608
 
 # non_mlx5: Broadcom BCM57508 (bnxt_re) RoCE v2, no hugepages, IRQs spread over both nodes
 R=non_mlx5; P=pci0000:00/0000:00:03.1/0000:41:00.0
@@ -94,3 +111,6 @@ port $R $P bnxt_re0 "4: ACTIVE" Ethernet "100 Gb/sec (4X EDR)" 0x0
 roce_gids $R $P bnxt_re0 ens2f0np0 "0a01:0005"
 hp $R 0 0 0 0; node $R 0 0-3; node $R 1 4-7; kernel $R; mkdir -p $R/proc/self; maps $R 39.0
 irqs $R 60 63 0-7 0-7 0-3 0-7
+# a postmaster started from a login whose limit fits the pool (50 MiB), not the queues
+proc_entry $R 2200 2190 109 0000000000000000 52428800 unlimited
+w "$R/proc/2190/comm" bash
