@@ -128,11 +128,11 @@ ensure_packages "${host_packages[@]}"
 
 # ---------------------------------------------------------------- kernel
 # Modules loaded in the guest, with their dependencies. It has no modprobe, so
-# nothing is loaded on demand: crc32_generic is there because rxe asks for the
-# "crc32" hash when the device is created (without it: "rdma link add" fails
-# with ENOENT).
+# nothing is loaded on demand: the crc32 modules are there because rxe asks for
+# the "crc32" hash when the device is created (without one: "rdma link add"
+# fails with ENOENT); crc32_pclmul is the faster of the two.
 modules=(virtio_pci 9pnet_virtio 9p overlay dummy veth sch_netem
-    crc32_generic rdma_rxe ib_uverbs rdma_ucm)
+    crc32_generic crc32_pclmul rdma_rxe ib_uverbs rdma_ucm)
 modules_key=$(echo "$layout ${modules[*]}" | sha256sum | cut -c1-10)
 
 # linux-image-amd64 is a metapackage: it depends on linux-image-<abi>-amd64.
@@ -257,6 +257,15 @@ if [[ ! -f $initrd ]]; then
     rm -rf "$scratch"
     scratch=""
 fi
+# What this run uses is touched; what no run used for two weeks goes (kernels
+# of older ABIs, initramfs images of older scripts). Under the lock: nothing
+# is being unpacked.
+touch "$initrd" "$kdir/complete"
+for f in "$cache"/initrd-* "$cache"/linux-image-*; do
+    stamp=$f
+    [[ -d $f ]] && stamp=$f/complete
+    if [[ ! -e $stamp || -n $(find "$stamp" -mtime +14) ]]; then rm -rf "$f"; fi
+done
 if [[ $prepare_only == 1 ]]; then
     echo "$prog: ready: kernel $kver ($kernel), initramfs $initrd"
     exit 0
