@@ -47,7 +47,7 @@ core:
 all: $(CTL_BIN)
 
 # RDMA TAP tests (t/030_rdma.pl) in the soft-RoCE VM, against the installed
-# extension: make install first; needs root and ../shared/tools/rxe-vm.
+# extension: make install first; needs root (the VM: tests/vm/run-in-vm.sh).
 .PHONY: check-rdma
 check-rdma:
 	bash tests/rxe/tap_in_vm.sh

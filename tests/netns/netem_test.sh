@@ -11,6 +11,8 @@
 # the source tree. Exit 0 = pass, 77 = skipped (not root, no netns, no netem,
 # no binary), anything else = failure. The namespaces (and the veth pair,
 # which lives in them) are removed on every exit. Bounded: < 2 minutes.
+# Where the host kernel has no sch_netem, tests/vm/netem_in_vm.sh runs it in
+# the project's test VM, whose kernel has it.
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)

@@ -7,8 +7,8 @@
 #
 #   tests/rxe/tap_in_vm.sh [t/030_rdma.pl ...]      (as root; also: make check-rdma)
 #
-# Environment: RXE_VM (run-in-rxe-vm.sh; default ../shared/tools/rxe-vm/ beside
-# the repository), RXE_VM_TIMEOUT (seconds, default 600), PGRAC_TAP_OUT (keep
+# Environment: RXE_VM (the VM harness; default tests/vm/run-in-vm.sh),
+# RXE_VM_TIMEOUT (seconds, default 600), PGRAC_TAP_OUT (keep
 # the logs there instead of a temporary directory), PGRAC_RXE_PERF=1 (then also
 # run ibv_rc_pingpong, and PGRAC_VERBS_PINGPONG if set, on rxe0 in the same VM),
 # PGRAC_TEST_CONF (extra postgresql.conf lines for every instance of the test).
@@ -17,7 +17,7 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
 tests=${*:-t/030_rdma.pl}
-vm=${RXE_VM:-$root/../shared/tools/rxe-vm/run-in-rxe-vm.sh}
+vm=${RXE_VM:-$root/tests/vm/run-in-vm.sh}
 skip() { echo "tap_in_vm: SKIP: $*" >&2; exit 77; }
 [ -x "$vm" ] || skip "$vm not found"
 [ "$(id -u)" = 0 ] || skip "the VM tool needs root"

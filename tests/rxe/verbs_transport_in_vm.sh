@@ -8,8 +8,7 @@
 #
 # Environment: PGRAC_UNIT_TESTS (the binary; default: the newest of
 # build*/pgrac_unit_tests and build-verbs/verbs_unit_tests that has the verbs
-# tests), RXE_VM (run-in-rxe-vm.sh; default ../shared/tools/rxe-vm/ beside the
-# repository), VERBS_FILTER (gtest filter; default Verbs* except the
+# tests), RXE_VM (the VM harness; default tests/vm/run-in-vm.sh), VERBS_FILTER (gtest filter; default Verbs* except the
 # no-device test, which skips where a device exists).
 # Exit: 0 pass, 1 a test failed or was skipped, 77 the VM tool or binary is missing.
 set -euo pipefail
@@ -23,7 +22,7 @@ if [ -z "$bin" ]; then
         if [ -z "$bin" ] || [ "$c" -nt "$bin" ]; then bin=$c; fi
     done
 fi
-vm=${RXE_VM:-$root/../shared/tools/rxe-vm/run-in-rxe-vm.sh}
+vm=${RXE_VM:-$root/tests/vm/run-in-vm.sh}
 filter=${VERBS_FILTER:-Verbs*-VerbsTransport.FactoryFailsClearlyWithoutDevice}
 if [ -z "$bin" ] || [ ! -x "$bin" ]; then
     echo "verbs_transport_in_vm: SKIP: no test binary with the verbs tests (build it, or pass its path)" >&2

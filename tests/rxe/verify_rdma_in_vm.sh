@@ -9,8 +9,7 @@
 #
 # Environment: PGRAC_CTL (the binary), PGRAC_UNIT_TESTS (the test binary;
 # default: pgrac_unit_tests in the build directory of pgrac_ctl), RXE_VM
-# (run-in-rxe-vm.sh; default ../shared/tools/rxe-vm/run-in-rxe-vm.sh beside
-# the repository), RXE_TIMEOUT (seconds for the whole VM run, default 420).
+# (the VM harness; default tests/vm/run-in-vm.sh), RXE_TIMEOUT (seconds for the whole VM run, default 420).
 # Exit: 0 pass; 1 a check failed, or the VM failed or timed out; 77 only when
 # the VM tool or the pgrac_ctl binary is missing.
 set -uo pipefail
@@ -22,7 +21,7 @@ if [ -z "$ctl" ]; then  # the most recently built of the usual build directories
         if [ -x "$c" ] && { [ -z "$ctl" ] || [ "$c" -nt "$ctl" ]; }; then ctl=$c; fi
     done
 fi
-vm=${RXE_VM:-$root/../shared/tools/rxe-vm/run-in-rxe-vm.sh}
+vm=${RXE_VM:-$root/tests/vm/run-in-vm.sh}
 if [ -z "$ctl" ] || [ ! -x "$ctl" ]; then
     echo "verify_rdma_in_vm: SKIP: no pgrac_ctl binary (build it, or pass its path)" >&2
     exit 77
