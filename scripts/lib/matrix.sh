@@ -31,9 +31,10 @@ matrix_record() {
 matrix_from_tap_logs() {
     local logdir=$1 prove_out=$2 tier=$3 name log p f s why line t
     while IFS= read -r line; do
-        [[ $line =~ ^(t/[^ ]+)\.pl\ \.+\ skipped:\ (.*)$ ]] || continue
-        name=$(basename "${BASH_REMATCH[1]}")
-        matrix_record "tap/$name" "$tier" 0 0 1 "${BASH_REMATCH[2]}"
+        # "t/030_rdma.pl .. skipped: why", after a "[hh:mm:ss] " with --timer
+        [[ $line =~ ^(\[[0-9:]+\]\ )?(t/[^ ]+)\.pl\ \.+\ skipped:\ (.*)$ ]] || continue
+        name=$(basename "${BASH_REMATCH[2]}")
+        matrix_record "tap/$name" "$tier" 0 0 1 "${BASH_REMATCH[3]}"
     done <"$prove_out"
     for log in "$logdir"/regress_log_*; do
         [[ -f $log ]] || continue
@@ -46,9 +47,9 @@ matrix_from_tap_logs() {
         f=$(grep -cE '^\[[^]]*\]\([^)]*\) not ok [0-9]+' "$log" || true)
         why=$(grep -iE '^\[[^]]*\]\([^)]*\) ok [0-9]+ # skip' "$log" | sed -E 's/.*# skip //I' |
             sort -u | paste -sd ';' - || true)
-        # A script that died after its last assertion has no summary to blame:
-        # prove said "Dubious" or "Failed"; count it as one failure.
-        if grep -qE "^t/$name\.pl \.+ (Dubious|Failed)" "$prove_out" && [[ $f == 0 ]]; then
+        # A script that died without a failed assertion (an exception, a
+        # timeout) is in prove's summary with a nonzero wait status: one failure.
+        if grep -qE "^t/$name\.pl +\(Wstat: [1-9]" "$prove_out" && [[ $f == 0 ]]; then
             f=1
         fi
         matrix_record "tap/$name" "${t:-$tier}" $((p - s)) "$f" "$s" "$why"

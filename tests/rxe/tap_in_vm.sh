@@ -11,7 +11,10 @@
 # RXE_VM_TIMEOUT (seconds, default 600), PGRAC_TAP_OUT (keep
 # the logs there instead of a temporary directory), PGRAC_RXE_PERF=1 (then also
 # run ibv_rc_pingpong, and PGRAC_VERBS_PINGPONG if set, on rxe0 in the same VM),
-# PGRAC_TEST_CONF (extra postgresql.conf lines for every instance of the test).
+# PGRAC_TEST_CONF (extra postgresql.conf lines for every instance of the test),
+# PGRAC_TEST_TIER (the cluster suites' tier, e.g. tier2: t/PgracCluster.pm),
+# PGRAC_VM_TEST_TIMEOUT (PG_TEST_TIMEOUT_DEFAULT in the VM, default 30 s; the
+# cluster suites need more under TCG).
 # Exit: 0 pass, 1 fail, 77 skipped (no VM tool, extension not installed, not root).
 set -euo pipefail
 
@@ -49,7 +52,8 @@ chown -R postgres: \$w
 # setpriv, not runuser: runuser's PAM session (pam_limits) would reset memlock.
 as_pg() { setpriv --reuid=postgres --regid=postgres --init-groups env HOME=\$w \"\$@\"; }
 as_pg sh -c 'echo \"memlock as postgres: \$(ulimit -l)\"' > \$RXEVM_OUT/tap.log
-as_pg env RXEVM=1 PGRAC_RDMA_ADDR=\$RXEVM_IPADDR PG_TEST_TIMEOUT_DEFAULT=30 PGRAC_TEST_CONF='${PGRAC_TEST_CONF:-}' \
+as_pg env RXEVM=1 PGRAC_RDMA_ADDR=\$RXEVM_IPADDR PG_TEST_TIMEOUT_DEFAULT=${PGRAC_VM_TEST_TIMEOUT:-30} \
+    PGRAC_TEST_TIER='${PGRAC_TEST_TIER:-}' PGRAC_TEST_CONF='${PGRAC_TEST_CONF:-}' \
     make -C \$w/src installcheck REGRESS= PROVE_TESTS='$tests' PROVE_FLAGS='--timer -v' \
     >> \$RXEVM_OUT/tap.log 2>&1
 echo \$? > \$RXEVM_OUT/rc
