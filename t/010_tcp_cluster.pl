@@ -1,5 +1,5 @@
 
-# Three instances over tier3 (TCP): every pair pings, broadcast reaches all,
+# Three instances over tier3 (TCP), or PGRAC_TEST_TIER: every pair pings, broadcast reaches all,
 # the per-peer views fill, and the RPC bench runs through the full path.
 use strict;
 use warnings;
@@ -17,7 +17,7 @@ for my $i (1 .. 3)
 {
 	my $node = $c->node($i);
 	is($node->safe_psql('postgres', 'SELECT tier FROM pg_cluster_rdma_status'),
-		'tier3', "node $i runs tier3");
+		$c->tier, "node $i runs " . $c->tier);
 	for my $j (1 .. 3)
 	{
 		cmp_ok($node->safe_psql('postgres', "SELECT pgrac_ic_ping($j)"),
@@ -66,7 +66,7 @@ my $bench = $c->node(1)->safe_psql('postgres',
 	q{SELECT iterations_done, p50_us > 0, p99_us >= p50_us, ops_per_sec > 0
 	    FROM pgrac_ic_bench(2, 64, 2000)});
 is($bench, '2000|t|t|t', '64-byte RPC bench to node 2');
-note 'bench tier3 64 B x 500: p50 '
+note 'bench ' . $c->tier . ' 64 B x 500: p50 '
   . $c->node(1)->safe_psql('postgres', 'SELECT round(p50_us::numeric, 1) FROM pgrac_ic_bench(2, 64, 500)')
   . ' us';
 $bench = $c->node(1)->safe_psql('postgres',
@@ -98,7 +98,7 @@ my $ok = IPC::Run::run(
 	[ 'pgrac_ctl', 'status', '-h', $c->node(1)->host, '-p', $c->node(1)->port, '-d', 'postgres' ],
 	'>', \$out, '2>', \$err);
 ok($ok, 'pgrac_ctl status exits 0') or diag($err);
-like($out, qr/tier3/, 'pgrac_ctl status shows the tier');
+like($out, qr/@{[ $c->tier ]}/, 'pgrac_ctl status shows the tier');
 like($out, qr/\bUP\b/, 'pgrac_ctl status shows peers UP');
 
 # The same as one JSON document: the views' columns by name, typed.
@@ -111,7 +111,7 @@ $ok = IPC::Run::run(
 ok($ok, 'pgrac_ctl status --json exits 0') or diag($err);
 my $doc = eval { JSON::PP::decode_json($out) };
 ok($doc, 'pgrac_ctl status --json prints JSON') or diag($@, $out);
-is($doc->{rdma_status}{tier}, 'tier3', 'status --json: the tier');
+is($doc->{rdma_status}{tier}, $c->tier, 'status --json: the tier');
 is($doc->{rdma_status}{node_id}, 1, 'status --json: node_id is a number');
 is(scalar(grep { $_->{state} eq 'UP' } @{ $doc->{peers} }), 3, 'status --json: 3 peers UP');
 ok(exists $doc->{peers}[0]{notes_recv}, 'status --json: peers carry notes_recv');
