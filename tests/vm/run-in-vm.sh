@@ -31,7 +31,8 @@
 #   -h, --help
 #
 # Environment: PGRAC_VM_CACHE (default /var/cache/pgrac-vm) keeps the kernel,
-# its modules and the initramfs; PGRAC_VM_NO_APT=1 never calls apt-get.
+# its modules and the initramfs; PGRAC_VM_NO_APT=1 never calls apt-get;
+# PGRAC_VM_APPEND adds kernel parameters.
 #
 # In the guest the command runs as root in the host's current directory, with
 # RXEVM=1, RXEVM_NETDEV=dummy0, RXEVM_IPADDR=10.254.0.1, RXEVM_IBDEV=rxe0,
@@ -330,11 +331,17 @@ done
 } >"$run/settings"
 
 p9=security_model=none,multidevs=remap
+# Under TCG the kernel finds the TSCs "unsynchronized" and falls back to the
+# HPET, whose every read is an emulated device access; qemu's TSC is one clock
+# for all vCPUs, and with it clock_gettime stays in the vDSO (3x the reads per
+# second, the RDMA TAP test ~13 % faster).
+clock=""
+[[ $accel == tcg ]] && clock="clocksource=tsc tsc=reliable"
 # shellcheck disable=SC2054
 qemu=(qemu-system-x86_64 "${accel_args[@]}" -machine q35 -smp "$smp" -m "$mem"
     -nodefaults -no-reboot -display none -vga none -monitor none -nic none
     -kernel "$kernel" -initrd "$initrd"
-    -append "console=ttyS1 loglevel=4 panic=-1 rdinit=/init mitigations=off"
+    -append "console=ttyS1 loglevel=4 panic=-1 rdinit=/init mitigations=off $clock ${PGRAC_VM_APPEND:-}"
     -chardev stdio,id=out,signal=off -serial chardev:out
     -serial "file:$run/console.log"
     -virtfs "local,path=/,mount_tag=hostroot,readonly=on,$p9"
