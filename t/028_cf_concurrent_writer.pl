@@ -41,6 +41,10 @@ my $c = PgracCluster->new(
 	n => 2,
 	tier => 'tier3',
 	initdb_extra => ['--data-checksums'],
+	# No checkpoint while the probe runs: with checksums on, the first hint
+	# bit set on a page after a checkpoint WAL-logs the page and sets its LSN
+	# under a share lock, which would make the LSN check below racy.
+	conf => "checkpoint_timeout = 1h\nmax_wal_size = 10GB\n",
 	before_copy => sub {
 		my $node = shift;
 		$node->safe_psql('postgres', qq{
