@@ -125,8 +125,8 @@ BEGIN
 EXCEPTION WHEN OTHERS THEN
   problem := 'pageinspect: ' || SQLERRM;
 END $$;
--- Fetches the pages of hot from node 2 and checks every image, until n
--- images (or max_s seconds). Every 20th round fetches every block; the others
+-- Fetches the pages of hot from node 2 and checks every image, until n of
+-- them showed a change since the page's last image (or max_s seconds). Every 20th round fetches every block; the others
 -- fetch only the blocks whose LSN changed in the last sweep: the hot pages.
 -- (The rows stay on their pages while pruning keeps room there; when it
 -- cannot, because the page is pinned at that moment, an update moves the row
@@ -139,7 +139,7 @@ DECLARE r record; chk record; why text; prev pg_lsn; prevs pg_lsn[] := '{}'; rou
         stop timestamptz := clock_timestamp() + make_interval(secs => max_s);
 BEGIN
   images := 0; bad := 0; lsn_changes := 0; tuples_checked := 0;
-  WHILE images < n AND clock_timestamp() < stop LOOP
+  WHILE lsn_changes < n AND clock_timestamp() < stop LOOP
     IF round % 20 = 0 THEN swept := '{}'; END IF;
     FOR r IN SELECT f.blkno, f.lsn, f.page
                FROM unnest(CASE WHEN round % 20 = 0 THEN '{-1}'::int8[] ELSE hot END) h(blk),
@@ -188,7 +188,7 @@ my $vacuum = "$PostgreSQL::Test::Utils::tmp_check/cf_vacuum.sql";
 PostgreSQL::Test::Utils::append_to_file($vacuum, "VACUUM (TRUNCATE false) hot;\n");
 my ($wout, $werr) = ('', '');
 my $writer = IPC::Run::start(
-	[ 'pgbench', '-n', '-c', '2', '-j', '2', '-T', '150', '-f', "$script\@500", '-f', "$vacuum\@1",
+	[ 'pgbench', '-n', '-c', '2', '-j', '2', '-T', '150', '-f', "$script\@200", '-f', "$vacuum\@1",
 	  '-h', $n2->host, '-p', $n2->port, 'postgres' ],
 	'<', \undef, '>', \$wout, '2>', \$werr,
 	IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default));
@@ -196,7 +196,7 @@ ok($n2->poll_query_until('postgres', 'SELECT sum(v) > 200 FROM hot'), 'the write
 
 my $res = $n1->safe_psql('postgres',
 	q{SELECT images || '|' || bad || '|' || coalesce(first_bad, '') || '|' || lsn_changes || '|' || tuples_checked
-	    FROM cf_probe(20000, 60)});
+	    FROM cf_probe(15000, 60)});
 my ($images, $bad, $first_bad, $lsn_changes, $tuples) = split /\|/, $res, 5;
 my $versions = $n2->safe_psql('postgres', 'SELECT sum(v) FROM hot');
 $writer->kill_kill;
@@ -204,10 +204,9 @@ my $blocks = $n2->safe_psql('postgres', "SELECT pg_relation_size('hot') / 8192")
 note("$images images checked, $blocks blocks at the end, $lsn_changes LSN changes seen, "
 	  . "$tuples tuples checked, $versions updates");
 
-cmp_ok($images, '>=', 5000, 'node 1 fetched and checked at least 5000 images of the hot pages');
-cmp_ok($lsn_changes, '>=', 1000,
-	'the pages changed between fetches (the writer ran during the fetches)');
-cmp_ok($tuples, '>=', $images / 2, 'the images held tuples, and each was checked');
+cmp_ok($lsn_changes, '>=', 5000,
+	'node 1 checked at least 5000 images that changed since the page\'s last one (the writer ran)');
+cmp_ok($tuples, '>=', 5000, 'the images held tuples, and each was checked');
 is($bad, '0', 'every image fetched is a consistent state of the page')
   or diag("$bad torn images; the first: $first_bad");
 
