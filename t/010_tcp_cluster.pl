@@ -62,6 +62,20 @@ ok( $c->node(2)->poll_query_until('postgres',
 		q{SELECT bool_and(rtt_us > 0) FROM pg_cluster_ic_peers WHERE NOT is_self}),
 	'heartbeat RTTs are measured');
 
+# The shared epoch: one committed view on every node (membership and status
+# agree), and node 2's peers carry it in their messages.
+my @epochs = map {
+	$c->node($_)->safe_psql('postgres',
+		q{SELECT m.epoch || '/' || s.epoch FROM pg_cluster_membership m, pg_cluster_rdma_status s})
+} 1 .. 3;
+my ($epoch) = split m{/}, $epochs[0];
+cmp_ok($epoch, '>', 0, 'node 1 has a committed epoch');
+is(join(' ', @epochs), join(' ', ("$epoch/$epoch") x 3),
+	'the three nodes share one epoch, in the membership and the status views alike');
+ok( $c->node(2)->poll_query_until('postgres',
+		"SELECT count(*) = 3 AND bool_and(epoch = $epoch) FROM pg_cluster_ic_peers"),
+	"node 2's peers carry the shared epoch $epoch");
+
 my $bench = $c->node(1)->safe_psql('postgres',
 	q{SELECT iterations_done, p50_us > 0, p99_us >= p50_us, ops_per_sec > 0
 	    FROM pgrac_ic_bench(2, 64, 2000)});

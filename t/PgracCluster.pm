@@ -16,7 +16,7 @@ use Test::More;
 # PgracCluster->new(n => 3, tier => 'tier3', conf => "extra lines", name => 'node',
 #                   node_conf => { 2 => "lines for node 2" }, start => 1,
 #                   fixed_tier => 0, before_copy => sub { my $node1 = shift; ... },
-#                   preload => ['pgrac_example'])
+#                   preload => ['pgrac_example'], initdb_extra => [ '--data-checksums' ])
 # The tier: PGRAC_TEST_TIER when set (scripts/test runs the cluster suites at
 # tier3 on the host and at tier2 in the soft-RoCE VM), else `tier`; a test
 # whose cases only make sense on one tier passes fixed_tier => 1. At tier1 and
@@ -27,6 +27,8 @@ use Test::More;
 # the same relations with the same relfilenodes and contents.
 # preload (optional): libraries loaded after pgrac_ic (shared_preload_libraries
 # = 'pgrac_ic,...'), e.g. an upper layer that registers handlers.
+# initdb_extra (optional): more initdb options for node 1's data directory,
+# which every other instance copies.
 sub new
 {
 	my ($class, %args) = @_;
@@ -55,7 +57,7 @@ sub new
 	# name: prefix of the instances' names (several clusters in one test).
 	my $prefix = $args{name} // 'node';
 	my $first = PostgreSQL::Test::Cluster->new("${prefix}1");
-	$first->init;
+	$first->init($args{initdb_extra} ? (extra => $args{initdb_extra}) : ());
 	if ($args{before_copy})
 	{
 		$first->start;
