@@ -58,10 +58,16 @@ __attribute__((noinline)) void copy_blocks(RelFileNode rnode, ForkNumber forknum
             ReadBufferWithoutRelcache(rnode, forknum, first + i, RBM_NORMAL, strategy, true);
         LockBuffer(buf, BUFFER_LOCK_SHARE);
         const Page page = BufferGetPage(buf);
-        put_u32(p, first + i);
-        put_u64(p + 4, PageGetLSN(page));
         std::memcpy(p + kBlockEntryHeader, page, BLCKSZ);
+        // With checksums (or wal_log_hints) a hint bit set under a share lock
+        // may move the page LSN while we copy (MarkBufferDirtyHint): read it
+        // under the buffer header lock after the copy, and put that one in the
+        // image and beside it, so that both always agree.
+        const XLogRecPtr lsn = BufferGetLSNAtomic(buf);
         UnlockReleaseBuffer(buf);
+        PageSetLSN(reinterpret_cast<Page>(p + kBlockEntryHeader), lsn);
+        put_u32(p, first + i);
+        put_u64(p + 4, lsn);
         p += kBlockEntryHeader + BLCKSZ;
     }
 }
