@@ -30,16 +30,18 @@ matrix_record() {
 # prove's output ("t/NAME.pl .. skipped: REASON").
 matrix_from_tap_logs() {
     local logdir=$1 prove_out=$2 tier=$3 name log p f s why line t
+    local -A whole=()  # files skipped as a whole in this run
     while IFS= read -r line; do
         # "t/030_rdma.pl .. skipped: why", after a "[hh:mm:ss] " with --timer
         [[ $line =~ ^(\[[0-9:]+\]\ )?(t/[^ ]+)\.pl\ \.+\ skipped:\ (.*)$ ]] || continue
         name=$(basename "${BASH_REMATCH[2]}")
+        whole[$name]=1
         matrix_record "tap/$name" "$tier" 0 0 1 "${BASH_REMATCH[3]}"
     done <"$prove_out"
     for log in "$logdir"/regress_log_*; do
         [[ -f $log ]] || continue
         name=${log##*/regress_log_}
-        grep -q "^tap/$name	" "$MATRIX_FILE" 2>/dev/null && continue  # skipped as a whole
+        [[ -n ${whole[$name]:-} ]] && continue  # skipped as a whole: recorded above
         # The tier it ran at, as PgracCluster (or a single-node test) noted it.
         t=$(grep -oE 'instances? at (stub|tier[0-9])' "$log" | head -1 | awk '{print $3}')
         p=$(grep -cE '^\[[^]]*\]\([^)]*\) ok [0-9]+' "$log" || true)

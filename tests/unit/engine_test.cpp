@@ -810,7 +810,17 @@ TEST(EngineNetem, StreamIsExactlyOnceAndInOrderUnderLossAndDelay) {
                 }
                 return pushed == kN && rpcs >= 50;
             },
-            limit));
+            limit))
+            << "pushed " << pushed << ", rpcs " << rpcs << ", slot state "
+            << load_acquire(&reply_slot(n.shm(), 1)->state) << ", unacked "
+            << load_relaxed(&n.peer(2).unacked_msgs) << ", state "
+            << static_cast<int>(n.state_of(2)) << [&] {
+                   std::string out;
+                   const auto& logs = n.host().logs;
+                   for (size_t i = logs.size() > 40 ? logs.size() - 40 : 0; i < logs.size(); i++)
+                       out += "\n  log: " + logs[i].second;
+                   return out;
+               }();
         ASSERT_TRUE(pump_until(
             {&n}, [&] { return n.rpc_done(1); }, limit));
         // The verdict.
