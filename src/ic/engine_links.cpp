@@ -269,12 +269,12 @@ void Engine::on_accepted(tiers::ConnId id, const std::string& peer_host) {
                 oldest = cid;
                 oldest_deadline = c.deadline_us;
             }
-        report_throttled(ErrorType::UnauthenticatedLimit, Severity::Warning, -1,
-                         "connection from " + conns_[oldest].peer_host +
-                             " closed before it authenticated: " +
-                             std::to_string(cfg_.max_unauthenticated) +
-                             " newer connections are authenticating "
-                             "(cluster.max_unauthenticated)");
+        report_throttled(
+            ErrorType::UnauthenticatedLimit, Severity::Warning, -1,
+            "connection from " + conns_[oldest].peer_host +
+                " closed before it authenticated: " + std::to_string(cfg_.max_unauthenticated) +
+                " newer connections are authenticating "
+                "(cluster.max_unauthenticated)");
         close_conn(oldest);
         conns_.erase(oldest);  // gone now: its close report finds nothing to do
     }
@@ -472,6 +472,12 @@ void Engine::establish(tiers::ConnId id, Conn& c) {
     if (pid.offered_session != l.session_id) {
         // Another connection of this lane changed the session while this one
         // authenticated: what it agreed is stale. The next handshake settles it.
+        host_.log(Severity::Warning, "node " + std::to_string(pid.node_id) + " lane " +
+                                         std::to_string(pid.lane) +
+                                         ": the session changed while this connection "
+                                         "authenticated (offered " +
+                                         std::to_string(pid.offered_session) + ", now " +
+                                         std::to_string(l.session_id) + "); reconnecting");
         close_conn(id);
         return;
     }
@@ -491,7 +497,12 @@ void Engine::establish(tiers::ConnId id, Conn& c) {
     uint32_t peer_has = pid.last_seq_received;
     if (pid.new_session) {
         // Both sides decided this from the same transcript: both start again.
-        reset_lane(p, l, pid.lane);
+        // A lane that never had a session (we offered 0) is new already: it
+        // has sent and received nothing, and the messages queued on it are
+        // numbered from 1, as the peer now expects. Dropping them would lose
+        // them (the peer may have taken a handshake whose AuthOk never
+        // reached us, and so offered a session we never had).
+        if (l.session_id != 0) reset_lane(p, l, pid.lane);
         peer_has = 0;
     }
     l.session_id = pid.session_id;
@@ -714,7 +725,6 @@ void Engine::reset_lane(Peer& p, Lane& l, int lane) {
     __atomic_fetch_sub(&p.shm->unacked_msgs, static_cast<uint64_t>(msgs), __ATOMIC_RELAXED);
     __atomic_fetch_sub(&p.shm->unacked_bytes, static_cast<uint64_t>(bytes), __ATOMIC_RELAXED);
     release_queued(p.addr.node_id, msgs, bytes);
-    if (l.session_id == 0) return;  // nothing had been exchanged on it
     count(&p.shm->session_resets);
     host_.log(Severity::Warning, "session with node " + std::to_string(p.addr.node_id) + " lane " +
                                      std::to_string(lane) + " starts again (" +

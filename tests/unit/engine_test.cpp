@@ -886,7 +886,14 @@ TEST(EngineNetem, StreamIsExactlyOnceAndInOrderUnderLossAndDelay) {
                 }
                 return answered;
             },
-            limit));
+            limit))
+            << "received " << stream_from(n, 1).size() << [&] {
+                   std::string out;
+                   const auto& logs = n.host().logs;
+                   for (size_t i = logs.size() > 40 ? logs.size() - 40 : 0; i < logs.size(); i++)
+                       out += "\n  log: " + logs[i].second;
+                   return out;
+               }();
         // Stay until the verdict is acked and node 1 has gone (or a bound).
         pump_until(
             {&n},
