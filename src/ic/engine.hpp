@@ -195,7 +195,7 @@ class Engine final : public tiers::TransportHandler, public HandshakePolicy {
     void flush_acks(int64_t now_us);
     void declare_down(Peer& p, const std::string& why);
     // The peer came back as another instance (new incarnation).
-    void peer_restarted(Peer& p, uint64_t new_incarnation, tiers::ConnId keep);
+    void peer_restarted(Peer& p, uint64_t new_incarnation, tiers::ConnId keep, uint8_t lane);
     // Both sides start a lane's session again (the handshake said so).
     void reset_lane(Peer& p, Lane& l, int lane);
     // A frame that breaks the protocol: counted, logged, connection dropped.

@@ -491,7 +491,7 @@ void Engine::establish(tiers::ConnId id, Conn& c) {
         id, static_cast<uint32_t>(kMessageHeaderSize + cfg_.identity.max_message + kFrameTagSize));
     if (l.conn != 0 && l.conn != id) close_conn(l.conn);  // the peer reconnected
     if (p.incarnation != 0 && p.incarnation != pid.incarnation)
-        peer_restarted(p, pid.incarnation, id);
+        peer_restarted(p, pid.incarnation, id, pid.lane);
     p.incarnation = pid.incarnation;
     p.shm->incarnation = pid.incarnation;
     uint32_t peer_has = pid.last_seq_received;
@@ -704,7 +704,7 @@ void Engine::declare_down(Peer& p, const std::string& why) {
     set_state(p, PeerState::Down);
 }
 
-void Engine::peer_restarted(Peer& p, uint64_t new_incarnation, tiers::ConnId keep) {
+void Engine::peer_restarted(Peer& p, uint64_t new_incarnation, tiers::ConnId keep, uint8_t lane) {
     report(ErrorType::PeerReset, Severity::Warning, p.addr.node_id,
            "node " + std::to_string(p.addr.node_id) + " restarted (incarnation " +
                std::to_string(p.incarnation) + " -> " + std::to_string(new_incarnation) +
@@ -713,6 +713,17 @@ void Engine::peer_restarted(Peer& p, uint64_t new_incarnation, tiers::ConnId kee
     // new session in its next handshake (the new instance offers none).
     for (Lane& l : p.lanes)
         if (l.up && l.conn != keep) close_conn(l.conn);
+    // The other lanes' sessions were with the old instance, which is gone:
+    // they start again now, not at their own handshake, so that what is
+    // queued on them from now on (after the peer is seen UP again) is for the
+    // new instance and is kept. The new instance has no session on any lane,
+    // and neither have we now: their handshakes drop nothing.
+    for (size_t i = 0; i < p.lanes.size(); i++) {
+        Lane& l = p.lanes[i];
+        if (i == lane) continue;  // its own handshake decides
+        if (l.session_id != 0) reset_lane(p, l, static_cast<int>(i));
+        l.session_id = 0;
+    }
     fail_outstanding(p.addr.node_id, PGRAC_IC_PEER_RESET);
     count(&shm_->membership.bump_requests);
 }
