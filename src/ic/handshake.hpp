@@ -51,9 +51,9 @@ enum class RejectReason : uint16_t {
     WrongKey = 7,         // proof did not verify
     SelfConnect = 8,      // the peer claims our own node id
     ShuttingDown = 9,
-    UnknownLane = 10,    // a lane this cluster does not have (cluster.tcp_paths)
-    LimitMismatch = 11,  // another largest message body (PGRAC_IC_MAX_MESSAGE)
-    DuplicateNode = 12,  // another instance with this node id is connected
+    UnknownLane = 10,     // a lane this cluster does not have (cluster.tcp_paths)
+    LimitMismatch = 11,   // another largest message body (PGRAC_IC_MAX_MESSAGE)
+    DuplicateNode = 12,   // another instance with this node id is connected
     Busy = 13,            // too many unauthenticated connections
     WrongDirection = 14,  // the node with the lower id dials; this one should not
 };

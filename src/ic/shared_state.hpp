@@ -40,7 +40,7 @@ struct PeerShared {
     uint32_t lanes_up;
     uint32_t lanes_total;
     uint32_t wire_protection;  // control lane's session: WireProtection + 1 (0: none yet)
-    int64_t state_since_us;  // Unix time of the last state change
+    int64_t state_since_us;    // Unix time of the last state change
     int64_t last_heard_us;
     uint64_t rtt_ns;  // last heartbeat round trip
 
