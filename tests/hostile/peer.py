@@ -444,6 +444,15 @@ def authed(a, **kw):
     return p
 
 
+def report_alive_after(p):
+    """Whether the connection still answers a ping after an attack."""
+    try:
+        _, echo = p.ping(b"still")
+        result(alive_after="yes" if echo == b"still" else "wrong")
+    except Exception as e:  # noqa: BLE001 - any failure is the answer
+        result(alive_after="no (%s)" % type(e).__name__)
+
+
 def send_and_watch(p, data, timeout=3.0):
     try:
         p.send_raw(data)
@@ -590,11 +599,7 @@ def case_seq(a, what):
                             send=False)
         p.send_raw(data)
         time.sleep(0.3)
-        try:
-            mh, echo = p.ping(b"still")
-            result(alive_after="yes" if echo == b"still" else "wrong")
-        except Exception as e:
-            result(alive_after="no (%s)" % type(e).__name__)
+        report_alive_after(p)
         return
     if what == "duplicate":
         # note (type 2) seq 1, then seq 1 again, then a ping with seq 2.
@@ -603,11 +608,7 @@ def case_seq(a, what):
         d2 = p.seal(MESSAGE, msg_header(2, 0, 0, 0, p.peer_epoch) + b"n1", 0, 1)
         p.send_raw(d2)
         p.next_seq = 2
-        try:
-            mh, echo = p.ping(b"still")
-            result(alive_after="yes" if echo == b"still" else "wrong")
-        except Exception as e:
-            result(alive_after="no (%s)" % type(e).__name__)
+        report_alive_after(p)
         return
     if what == "gap":
         d1, _ = p.message(2, b"n1", flags=0, seq=1, send=False)
