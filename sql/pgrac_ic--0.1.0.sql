@@ -8,7 +8,9 @@ CREATE FUNCTION pgrac_ic_status(
     OUT epoch bigint, OUT hca_name text, OUT hca_vendor text, OUT link_layer text,
     OUT port_state text, OUT mtu int, OUT xrc text, OUT dcqcn text, OUT hugepage_size text,
     OUT numa_node int, OUT numa_binding text, OUT cq_depth int, OUT verify_issues text[],
-    OUT lms_workers int, OUT started_at timestamptz)
+    OUT lms_workers int, OUT started_at timestamptz, OUT reply_pool_bytes bigint,
+    OUT reply_pool_in_use_bytes bigint, OUT reply_pool_peak_bytes bigint,
+    OUT reply_pool_refusals bigint)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'pgrac_ic_status_view' LANGUAGE C STRICT VOLATILE PARALLEL SAFE;
 

@@ -6,6 +6,7 @@ extern "C" {
 
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
 #include "storage/s_lock.h"
@@ -59,9 +60,44 @@ bool give_up(ReplySlot* slot) {
 }
 
 // Disarms the caller's slot after a timeout or an early failure: a reply that
-// arrived meanwhile (Done) is discarded too.
-void disarm(ReplySlot* slot) {
+// arrived meanwhile (Done) is discarded too. Once the slot is Idle no listener
+// touches it, and its reply pool chunks go back.
+void disarm(IcShared* shm, ReplySlot* slot) {
     if (!give_up(slot)) store_release(&slot->state, static_cast<uint32_t>(SlotState::Idle));
+    slot_release(shm, slot);
+}
+
+// A process that exits (or dies of an ERROR's FATAL) during an RPC must not
+// keep reply pool chunks: its slot is disarmed on the way out.
+void rpc_at_exit(int, Datum) {
+    IcShared* shm = pgrac::glue::shared();
+    if (shm == nullptr || MyProc == nullptr) return;
+    if (ReplySlot* slot = reply_slot(shm, static_cast<uint32_t>(MyProc->pgprocno)))
+        disarm(shm, slot);
+}
+
+// Reserves reply space for up to reply_cap bytes, waiting for the shared pool
+// until the deadline (not at all with PGRAC_IC_NOWAIT). A short pool is
+// backpressure: counted, and the RPC fails with PGRAC_IC_QUEUE_FULL.
+int reserve_reply_space(IcShared* shm, ReplySlot* slot, int node, uint32_t reply_cap, int flags,
+                        uint64_t deadline) {
+    while (!slot_reserve(shm, slot, reply_cap)) {
+        const uint64_t now = monotonic_ns();
+        if ((flags & PGRAC_IC_NOWAIT) || now >= deadline) {
+            char text[160];
+            snprintf(text, sizeof text,
+                     "reply pool exhausted: no room for a %u-byte reply (cluster.reply_pool_size)",
+                     reply_cap);
+            shm->errors.add(ErrorType::QueueFull, Severity::Warning, node, unix_time_us(), text);
+            return PGRAC_IC_QUEUE_FULL;
+        }
+        // Chunks come back when other RPCs end; poll for them every millisecond.
+        ResetLatch(MyLatch);
+        (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 1,
+                        PG_WAIT_EXTENSION);
+        CHECK_FOR_INTERRUPTS();
+    }
+    return PGRAC_IC_OK;
 }
 
 }  // namespace
@@ -114,8 +150,17 @@ int pgrac_ic_rpc(int node, uint16_t msg_type, uint32_t route_key, const void* bo
     ReplySlot* slot = reply_slot(shm, procno);
     if (slot == nullptr) return PGRAC_IC_NOT_RUNNING;
 
+    static bool exit_hook = false;
+    if (!exit_hook) {
+        before_shmem_exit(rpc_at_exit, 0);
+        exit_hook = true;
+    }
     // A previous RPC interrupted by a cancel may have left the slot armed.
-    disarm(slot);
+    disarm(shm, slot);
+    const uint64_t start = monotonic_ns();
+    const uint64_t deadline = start + static_cast<uint64_t>(timeout_ms) * 1000000ull;
+    int rc = reserve_reply_space(shm, slot, node, reply_cap, flags, deadline);
+    if (rc != PGRAC_IC_OK) return rc;
     const uint32_t gen = slot->generation + 1;
     slot->generation = gen;
     const uint64_t rpc_id = make_rpc_id(procno, gen);
@@ -127,12 +172,12 @@ int pgrac_ic_rpc(int node, uint16_t msg_type, uint32_t route_key, const void* bo
     mh.route_key = route_key;
     mh.rpc_id = rpc_id;
     mh.epoch = load_relaxed(&shm->epoch);
-    const uint64_t start = monotonic_ns();
-    const uint64_t deadline = start + static_cast<uint64_t>(timeout_ms) * 1000000ull;
     const uint16_t fflags = kFlagRpcRequest | ((flags & PGRAC_IC_CONTROL) ? kFlagControlLane : 0);
-    int rc = pgrac::glue::enqueue_message(node, fflags, mh, body, len, flags, timeout_ms);
+    const uint64_t now = monotonic_ns();
+    const int left_ms = now >= deadline ? 0 : static_cast<int>((deadline - now) / 1000000);
+    rc = pgrac::glue::enqueue_message(node, fflags, mh, body, len, flags, left_ms);
     if (rc != PGRAC_IC_OK) {
-        disarm(slot);
+        disarm(shm, slot);
         return rc;
     }
 
@@ -153,6 +198,7 @@ int pgrac_ic_rpc(int node, uint16_t msg_type, uint32_t route_key, const void* bo
             // Give up only if the slot is still Waiting: a reply that landed
             // (or is being copied in) at the deadline is taken, not dropped.
             if (!give_up(slot)) break;
+            slot_release(shm, slot);
             char text[128];
             snprintf(text, sizeof text, "RPC (message type %u) to node %d timed out after %d ms",
                      msg_type, node, timeout_ms);
@@ -173,9 +219,10 @@ int pgrac_ic_rpc(int node, uint16_t msg_type, uint32_t route_key, const void* bo
         rc = (rc == PGRAC_IC_OK) ? PGRAC_IC_REPLY_TOO_BIG : rc;
         n = reply_cap;
     }
-    if (n > 0) std::memcpy(reply_buf, slot->data, n);
+    read_slot(shm, slot, reply_buf, n);
     if (reply_len != nullptr) *reply_len = n;
     store_release(&slot->state, static_cast<uint32_t>(SlotState::Idle));
+    slot_release(shm, slot);
     if (rc == PGRAC_IC_OK) {
         const uint64_t elapsed = monotonic_ns() - start;
         if (PeerShared* p = peer_shared(shm, static_cast<uint32_t>(node)))

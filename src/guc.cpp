@@ -33,6 +33,7 @@ int pgrac_peer_timeout_ms = 10000;
 int pgrac_rpc_timeout_ms = 5000;
 int pgrac_tcp_paths = 1;
 int pgrac_wire_protection = 2;  // pgrac::ic::WireProtection::Secure
+int pgrac_reply_pool_kb = 16384;
 int pgrac_max_unauthenticated = 64;
 int pgrac_send_queue_max_kb = 65536;
 int pgrac_send_queue_max_messages = 65536;
@@ -230,6 +231,14 @@ void define_settings() {
     DefineCustomIntVariable("cluster.lms_workers", "Number of LMS worker processes.", nullptr,
                             &pgrac_lms_workers, 2, 1, pgrac::ic::kMaxLmsWorkers, PGC_POSTMASTER, 0,
                             nullptr, nullptr, nullptr);
+    DefineCustomIntVariable(
+        "cluster.reply_pool_size", "Shared memory for replies larger than 512 bytes in flight.",
+        "A requester that may get a large reply (a block, a batch of blocks) takes 8 kB "
+        "chunks of this pool for the duration of its request, so reply space does not grow "
+        "with max_connections. When the pool is short a request waits for room up to its "
+        "timeout, then fails with \"send queue full\".",
+        &pgrac_reply_pool_kb, 16384, 1024, 1048576, PGC_POSTMASTER, GUC_UNIT_KB, nullptr, nullptr,
+        nullptr);
     DefineCustomStringVariable("cluster.name", "Name of the cluster; peers must match it.", nullptr,
                                &pgrac_cluster_name, "pgrac", PGC_POSTMASTER, 0, check_cluster_name,
                                nullptr, nullptr);

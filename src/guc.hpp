@@ -17,6 +17,7 @@ extern int pgrac_rpc_timeout_ms;
 extern int pgrac_tcp_paths;
 extern int pgrac_wire_protection;  // pgrac::ic::WireProtection
 extern int pgrac_max_unauthenticated;
+extern int pgrac_reply_pool_kb;  // cluster.reply_pool_size
 extern int pgrac_send_queue_max_kb;
 extern int pgrac_send_queue_max_messages;
 extern char* pgrac_rdma_device;

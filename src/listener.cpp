@@ -139,7 +139,7 @@ void listener_exit(int, Datum) {
         if (pgrac::ic::load_acquire(&slot->state) !=
             static_cast<uint32_t>(pgrac::ic::SlotState::Waiting))
             continue;
-        if (pgrac::ic::complete_slot(slot, pgrac::ic::load_acquire(&slot->rpc_id),
+        if (pgrac::ic::complete_slot(shm, slot, pgrac::ic::load_acquire(&slot->rpc_id),
                                      PGRAC_IC_NOT_RUNNING, nullptr, 0))
             pgrac::glue::wake_procno(static_cast<int>(i));
     }

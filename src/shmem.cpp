@@ -30,6 +30,8 @@ pgrac::ic::SharedSizing sizing() {
     s.n_lms = static_cast<uint32_t>(pgrac_lms_workers);
     // One reply slot per PGPROC, indexed by pgprocno.
     s.n_slots = static_cast<uint32_t>(MaxBackends + NUM_AUXILIARY_PROCS + max_prepared_xacts);
+    s.reply_pool_chunks =
+        static_cast<uint32_t>(pgrac_reply_pool_kb / (pgrac::ic::kReplyChunkBytes / 1024));
     return s;
 }
 

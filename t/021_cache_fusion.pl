@@ -95,6 +95,31 @@ is( $n1->safe_psql('postgres',
 		"SELECT count(*) FROM pg_stat_activity WHERE backend_type LIKE 'pgrac_ic lms%'"),
 	'2', 'the LMS workers are alive (no buffer left pinned: VACUUM FREEZE finished)');
 
+# Reply space comes from the shared reply pool while a fetch is in flight,
+# and goes back after it: also when the requester is terminated mid-fetch.
+is( $n2->safe_psql('postgres',
+		'SELECT reply_pool_in_use_bytes || \':\' || (reply_pool_peak_bytes >= 7 * 8192)
+		        || \':\' || reply_pool_refusals FROM pg_cluster_rdma_status'),
+	'0:true:0', 'a batch took 7 chunks of the reply pool, and every chunk came back');
+my @lms1 = split /\n/, $n1->safe_psql('postgres',
+	"SELECT pid FROM pg_stat_activity WHERE backend_type LIKE 'pgrac_ic lms%'");
+kill 'STOP', @lms1;
+my $fetcher = $n2->background_psql('postgres', on_error_stop => 0);
+my $fetcher_pid = $fetcher->query_safe('SELECT pg_backend_pid()');
+$fetcher->query_until(qr/started/,
+	"\\echo started\nSELECT count(*) FROM pgrac_fetch_blocks(1, 'pgbench_accounts', 0, 7);\n");
+ok( $n2->poll_query_until('postgres',
+		'SELECT reply_pool_in_use_bytes > 0 FROM pg_cluster_rdma_status'),
+	'a fetch waiting on a frozen server holds reply pool chunks');
+$n2->safe_psql('postgres', "SELECT pg_terminate_backend($fetcher_pid)");
+ok( $n2->poll_query_until('postgres',
+		'SELECT reply_pool_in_use_bytes = 0 FROM pg_cluster_rdma_status'),
+	'the terminated requester returned its chunks');
+kill 'CONT', @lms1;
+eval { $fetcher->quit; };    # its session was terminated: psql is gone
+is($n2->safe_psql('postgres', "SELECT length(pgrac_fetch_block(1, 'pgbench_accounts', 0))"),
+	'8192', 'node 1 serves again after its LMS workers resume');
+
 # Privileges: not for PUBLIC.
 $n2->safe_psql('postgres', 'CREATE ROLE cf_nobody LOGIN');
 ($rc, $out, $err) = $n2->psql('postgres',

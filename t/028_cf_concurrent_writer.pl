@@ -204,9 +204,12 @@ my $blocks = $n2->safe_psql('postgres', "SELECT pg_relation_size('hot') / 8192")
 note("$images images checked, $blocks blocks at the end, $lsn_changes LSN changes seen, "
 	  . "$tuples tuples checked, $versions updates");
 
-cmp_ok($lsn_changes, '>=', 5000,
-	'node 1 checked at least 5000 images that changed since the page\'s last one (the writer ran)');
-cmp_ok($tuples, '>=', 5000, 'the images held tuples, and each was checked');
+# Under TCG (the soft-RoCE VM) a minute of probing yields about a fifth of the
+# host's images: fewer are required there, enough that the writer ran.
+my $min_images = $ENV{RXEVM} ? 1000 : 5000;
+cmp_ok($lsn_changes, '>=', $min_images,
+	"node 1 checked at least $min_images images that changed since the page's last one (the writer ran)");
+cmp_ok($tuples, '>=', $min_images, 'the images held tuples, and each was checked');
 is($bad, '0', 'every image fetched is a consistent state of the page')
   or diag("$bad torn images; the first: $first_bad");
 

@@ -415,7 +415,7 @@ void Engine::deliver_reply(uint64_t rpc_id, uint32_t status, const uint8_t* body
     auto it = outstanding_.find(slot_no);
     if (it != outstanding_.end() && it->second.rpc_id == rpc_id) outstanding_.erase(it);
     ReplySlot* slot = reply_slot(shm_, slot_no);
-    if (slot != nullptr && complete_slot(slot, rpc_id, status, body, len))
+    if (slot != nullptr && complete_slot(shm_, slot, rpc_id, status, body, len))
         host_.wake_process(slot_no);
 }
 

@@ -52,13 +52,13 @@ size_t shared_size(const SharedSizing& s) {
     n += align_up(ShmRing::bytes_needed(s.outbound_ring_bytes));
     n += s.n_lms * align_up(ShmRing::bytes_needed(s.inbox_ring_bytes));
     n += static_cast<size_t>(s.n_slots) * align_up(sizeof(ReplySlot));
+    n += align_up(reply_pool_bytes_needed(s.reply_pool_chunks));
     return n;
 }
 
 IcShared* shared_init(void* region, const SharedSizing& s) {
-    // Only the header is zeroed here: rings initialize themselves and reply
-    // slots need only their state words (zeroing 8 MB of slot buffers at every
-    // start would be wasted work).
+    // Only the header is zeroed here: rings and the reply pool initialize
+    // themselves, and reply slots need only their state words.
     auto* shm = static_cast<IcShared*>(region);
     std::memset(shm, 0, sizeof(IcShared));
     shm->magic = kSharedMagic;
@@ -87,7 +87,11 @@ IcShared* shared_init(void* region, const SharedSizing& s) {
         slot->status = 0;
         slot->len = 0;
         slot->generation = 0;
+        slot->n_chunks = 0;
     }
+    off += static_cast<size_t>(s.n_slots) * align_up(sizeof(ReplySlot));
+    shm->reply_pool_off = off;
+    reply_pool_create(base + off, s.reply_pool_chunks);
     return shm;
 }
 
@@ -105,8 +109,38 @@ ReplySlot* reply_slot(IcShared* shm, uint32_t slot) {
                                         slot * align_up(sizeof(ReplySlot)));
 }
 
-bool complete_slot(ReplySlot* slot, uint64_t rpc_id, uint32_t status, const uint8_t* body,
-                   uint32_t len) {
+ReplyPoolShared* reply_pool(IcShared* shm) {
+    return reinterpret_cast<ReplyPoolShared*>(reinterpret_cast<uint8_t*>(shm) +
+                                              shm->reply_pool_off);
+}
+
+namespace {
+
+// Copies between a flat buffer and a slot's storage: its inline buffer, then
+// its chunks in order. to_slot: flat -> slot; otherwise slot -> flat.
+void copy_slot(IcShared* shm, ReplySlot* slot, uint8_t* flat, uint32_t n, bool to_slot) {
+    auto move = [&](uint8_t* space, uint32_t room) {
+        const uint32_t part = n < room ? n : room;
+        if (to_slot)
+            std::memcpy(space, flat, part);
+        else
+            std::memcpy(flat, space, part);
+        flat += part;
+        n -= part;
+    };
+    move(slot->inline_data, kReplyInlineBytes);
+    ReplyPoolShared* pool = reply_pool(shm);
+    for (uint32_t i = 0; i < slot->n_chunks && n > 0; i++) {
+        uint8_t* chunk = reply_pool_chunk(pool, slot->chunks[i]);
+        if (chunk == nullptr) return;
+        move(chunk, kReplyChunkBytes);
+    }
+}
+
+}  // namespace
+
+bool complete_slot(IcShared* shm, ReplySlot* slot, uint64_t rpc_id, uint32_t status,
+                   const uint8_t* body, uint32_t len) {
     if (load_acquire(&slot->rpc_id) != rpc_id) return false;
     uint32_t expected = static_cast<uint32_t>(SlotState::Waiting);
     if (!compare_exchange(&slot->state, &expected, static_cast<uint32_t>(SlotState::Filling)))
@@ -117,15 +151,31 @@ bool complete_slot(ReplySlot* slot, uint64_t rpc_id, uint32_t status, const uint
         store_release(&slot->state, static_cast<uint32_t>(SlotState::Waiting));
         return false;
     }
-    if (len > sizeof(slot->data)) {
-        status = PGRAC_IC_REPLY_TOO_BIG;
-        len = 0;
-    }
-    if (len > 0) std::memcpy(slot->data, body, len);
+    const uint32_t cap = slot_capacity(slot);
+    if (len > 0) copy_slot(shm, slot, const_cast<uint8_t*>(body), len < cap ? len : cap, true);
     slot->len = len;
     slot->status = status;
     store_release(&slot->state, static_cast<uint32_t>(SlotState::Done));
     return true;
+}
+
+void read_slot(IcShared* shm, const ReplySlot* slot, void* dst, uint32_t n) {
+    const uint32_t cap = slot_capacity(slot);
+    if (n > cap) n = cap;
+    if (n > 0) copy_slot(shm, const_cast<ReplySlot*>(slot), static_cast<uint8_t*>(dst), n, false);
+}
+
+bool slot_reserve(IcShared* shm, ReplySlot* slot, uint32_t reply_cap) {
+    const uint32_t need = reply_chunks_for(reply_cap);
+    slot_release(shm, slot);  // left by an RPC that an ERROR interrupted
+    if (!reply_pool_reserve(reply_pool(shm), need, slot->chunks)) return false;
+    slot->n_chunks = need;
+    return true;
+}
+
+void slot_release(IcShared* shm, ReplySlot* slot) {
+    reply_pool_release(reply_pool(shm), slot->chunks, slot->n_chunks);
+    slot->n_chunks = 0;
 }
 
 int64_t unix_time_us() {

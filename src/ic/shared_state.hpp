@@ -2,7 +2,7 @@
 // postmaster, used by the listener, the LMS workers and every backend.
 // Plain integers and bytes only; rings and reply slots are found by offset.
 //
-//   IcShared | outbound ring | LMS inbox rings ... | reply slots ...
+//   IcShared | outbound ring | LMS inbox rings ... | reply slots ... | reply pool
 #pragma once
 
 #include <cstddef>
@@ -13,6 +13,7 @@
 #include "ic/latency_histogram.hpp"
 #include "ic/membership.hpp"
 #include "ic/node_list.hpp"
+#include "ic/reply_pool.hpp"
 #include "ic/seq_check.hpp"
 #include "ic/shm_ring.hpp"
 #include "pgrac_ic/pgrac_ic.h"
@@ -64,9 +65,11 @@ struct PeerShared {
 };
 
 // The reply slot of one process (indexed by its PGPROC number). One RPC at a
-// time per process. The requester arms it (Waiting + rpc_id); the listener
-// fills it (Filling -> Done) only if rpc_id still matches; a requester that
-// gives up moves Waiting -> Idle, so a late reply is dropped.
+// time per process. The requester arms it (Waiting + rpc_id), with chunks of
+// the shared reply pool if the reply may not fit inline (ic/reply_pool.hpp);
+// the listener fills it (Filling -> Done) only if rpc_id still matches; a
+// requester that gives up moves Waiting -> Idle, so a late reply is dropped.
+// The requester returns its chunks once the slot is Idle again.
 enum class SlotState : uint32_t { Idle = 0, Waiting = 1, Filling = 2, Done = 3 };
 struct ReplySlot {
     uint64_t rpc_id;
@@ -74,8 +77,15 @@ struct ReplySlot {
     uint32_t status;  // pgrac_ic_status
     uint32_t len;
     uint32_t generation;  // bumped by the owner for each RPC
-    uint8_t data[PGRAC_IC_MAX_MESSAGE];
+    uint32_t n_chunks;    // reply pool chunks reserved; 0: the reply fits inline
+    uint32_t chunks[kReplyMaxChunks];
+    uint8_t inline_data[kReplyInlineBytes];
 };
+// Bytes a reply may have in this slot as armed.
+inline uint32_t slot_capacity(const ReplySlot* slot) {
+    const uint32_t cap = kReplyInlineBytes + slot->n_chunks * kReplyChunkBytes;
+    return cap < PGRAC_IC_MAX_MESSAGE ? cap : PGRAC_IC_MAX_MESSAGE;
+}
 
 inline constexpr size_t kDescMax = 256;
 
@@ -125,6 +135,7 @@ struct IcShared {
     uint64_t outbound_off;  // byte offsets from the start of this struct
     uint64_t inbox_off[kMaxLmsWorkers];
     uint64_t slots_off;
+    uint64_t reply_pool_off;
 };
 
 // Shared memory holds plain data only: no pointers, no std:: types, nothing
@@ -139,6 +150,7 @@ struct SharedSizing {
     uint32_t n_slots = 0;  // PGPROC count
     size_t outbound_ring_bytes = 16u << 20;
     size_t inbox_ring_bytes = 8u << 20;
+    uint32_t reply_pool_chunks = 2048;  // cluster.reply_pool_size / kReplyChunkBytes
 };
 
 // Prefix of every ring record: destination (outbound) or source (inbox) node,
@@ -157,6 +169,7 @@ IcShared* shared_init(void* region, const SharedSizing& s);
 ShmRing outbound_ring(IcShared* shm);
 ShmRing inbox_ring(IcShared* shm, uint32_t lms);
 ReplySlot* reply_slot(IcShared* shm, uint32_t slot);
+ReplyPoolShared* reply_pool(IcShared* shm);
 inline PeerShared* peer_shared(IcShared* shm, uint32_t node_id) {
     return (node_id >= 1 && node_id <= static_cast<uint32_t>(kMaxNodes) &&
             shm->peers[node_id - 1].node_id == node_id)
@@ -173,8 +186,19 @@ inline uint32_t rpc_slot(uint64_t rpc_id) {
 }
 
 // Completes an RPC waiting in `slot` if rpc_id still matches. True if delivered.
-bool complete_slot(ReplySlot* slot, uint64_t rpc_id, uint32_t status, const uint8_t* body,
-                   uint32_t len);
+// A reply longer than the slot's capacity is cut there, with its full length
+// in `len` (the requester reports PGRAC_IC_REPLY_TOO_BIG).
+bool complete_slot(IcShared* shm, ReplySlot* slot, uint64_t rpc_id, uint32_t status,
+                   const uint8_t* body, uint32_t len);
+// The requester's side: copies up to `n` bytes (n <= slot_capacity) of a Done
+// slot's reply to `dst`.
+void read_slot(IcShared* shm, const ReplySlot* slot, void* dst, uint32_t n);
+// Reserves pool chunks for a reply of up to reply_cap bytes (none if it fits
+// inline; false: the pool is short), and returns them after the RPC. Only the
+// slot's owner calls these, and only while the slot is Idle: then no listener
+// touches the chunks.
+bool slot_reserve(IcShared* shm, ReplySlot* slot, uint32_t reply_cap);
+void slot_release(IcShared* shm, ReplySlot* slot);
 
 int64_t unix_time_us();
 uint64_t monotonic_ns();

@@ -117,8 +117,10 @@ uint8_t* fetch(int node, const BlockRequest& rq, uint32_t* nblocks_out, uint32_t
     encode_block_request(rq, req);
     uint8_t* buf = static_cast<uint8_t*>(palloc(PGRAC_IC_MAX_MESSAGE));
     uint32_t len = 0;
+    // Room for what was asked (reply space comes from a shared pool).
+    const uint32_t cap = kBlockReplyHeader + rq.count * (kBlockEntryHeader + kBlockSize);
     const int rc = pgrac_ic_rpc(node, kMsgBlockFetch, block_route_key(rq), req, sizeof req, buf,
-                                PGRAC_IC_MAX_MESSAGE, &len, 0, -1);
+                                Min(cap, PGRAC_IC_MAX_MESSAGE), &len, 0, -1);
     if (rc != PGRAC_IC_OK) raise_status(rc, node, "block fetch", buf, len);
     const uint32_t n = len >= kBlockReplyHeader ? get_u16(buf + 4) : 0;
     if (len < kBlockReplyHeader || n < 1 || n > rq.count ||

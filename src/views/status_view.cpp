@@ -25,7 +25,7 @@ using namespace pgrac::ic;
 
 namespace {
 
-constexpr int kColumns = 23;
+constexpr int kColumns = 27;
 
 // NULL for an empty string: "not applicable / not known" reads better than ''.
 void put_text(Datum* v, bool* n, int i, const char* s) {
@@ -96,6 +96,11 @@ Datum pgrac_ic_status_view(PG_FUNCTION_ARGS) {
     v[i++] = issues_array(r.verify_issues);
     v[i++] = Int32GetDatum(static_cast<int32>(shm->n_lms));
     v[i++] = pgrac::glue::unix_us_to_timestamptz(shm->started_us);
+    const ReplyPoolShared* pool = reply_pool(shm);
+    v[i++] = Int64GetDatum(static_cast<int64>(pool->n_chunks) * kReplyChunkBytes);
+    v[i++] = Int64GetDatum(static_cast<int64>(reply_pool_in_use(pool)) * kReplyChunkBytes);
+    v[i++] = Int64GetDatum(static_cast<int64>(load_relaxed(&pool->peak_in_use)) * kReplyChunkBytes);
+    v[i++] = Int64GetDatum(static_cast<int64>(load_relaxed(&pool->refusals)));
     Assert(i == kColumns);
     tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, v, n);
     return (Datum)0;

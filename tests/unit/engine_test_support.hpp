@@ -298,6 +298,7 @@ inline SharedSizing small_sizing() {
     s.n_slots = 8;
     s.outbound_ring_bytes = 4u << 20;
     s.inbox_ring_bytes = 1u << 20;
+    s.reply_pool_chunks = 8 * kReplyMaxChunks;  // every slot may await a largest reply
     return s;
 }
 
@@ -403,6 +404,7 @@ class TestNode {
                        const std::vector<uint8_t>& body, uint16_t flags = 0) {
         ReplySlot* slot = reply_slot(shm(), slot_no);
         store_release(&slot->state, static_cast<uint32_t>(SlotState::Idle));
+        if (!slot_reserve(shm(), slot, PGRAC_IC_MAX_MESSAGE)) return 0;
         const uint32_t gen = ++slot->generation;
         const uint64_t rpc_id = make_rpc_id(slot_no, gen);
         store_release(&slot->rpc_id, rpc_id);
@@ -423,7 +425,9 @@ class TestNode {
     uint32_t rpc_status(uint32_t slot_no) { return reply_slot(shm(), slot_no)->status; }
     std::vector<uint8_t> rpc_reply(uint32_t slot_no) {
         ReplySlot* s = reply_slot(shm(), slot_no);
-        return std::vector<uint8_t>(s->data, s->data + s->len);
+        std::vector<uint8_t> out(s->len);
+        read_slot(shm(), s, out.data(), s->len);
+        return out;
     }
 
     bool paused = false;  // not polled (a SIGSTOPped listener)
