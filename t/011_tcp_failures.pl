@@ -19,20 +19,23 @@ my $c = PgracCluster->new(n => 3, tier => 'tier3');
 my $rpc_timeout_ms = 5000;
 
 # A stream of exactly-once probes (numbered stream $stream) from node $i to
-# @targets for $seconds,
-# recorded in table outcomes on node $i. Runs in the background.
+# @targets for $seconds, or until the test sets sequence stream_stop_$stream
+# on node $i to 2 (stop_stream: a sequence, because its value is seen at once
+# inside the stream's transaction), recorded in table outcomes on node $i.
+# Runs in the background.
 sub start_stream
 {
 	my ($i, $stream, $seconds, @targets) = @_;
 	my $node = $c->node($i);
 	my $targets = join(',', @targets);
 	$node->safe_psql('postgres',
-		'CREATE TABLE IF NOT EXISTS outcomes(target int, seq int, outcome text, ms float8)');
+		"CREATE TABLE IF NOT EXISTS outcomes(target int, seq int, outcome text, ms float8);
+		 CREATE SEQUENCE stream_stop_$stream");
 	my $sql = <<"EOS";
 DO \$\$
 DECLARE i int; t0 timestamptz; o text; s int := 0; stop timestamptz := clock_timestamp() + interval '$seconds s';
 BEGIN
-  WHILE clock_timestamp() < stop LOOP
+  WHILE clock_timestamp() < stop AND (SELECT last_value FROM stream_stop_$stream) = 1 LOOP
     s := s + 1;
     FOREACH i IN ARRAY '{$targets}'::int[] LOOP
       t0 := clock_timestamp();
@@ -53,7 +56,14 @@ EOS
 		[ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr('postgres'), '-c', $sql ],
 		'<', \undef, '>', \$out, '2>', \$err,
 		IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default));
-	return { h => $h, out => \$out, err => \$err, node => $node, i => $i };
+	return { h => $h, out => \$out, err => \$err, node => $node, i => $i, stream => $stream };
+}
+
+sub stop_stream
+{
+	my ($s) = @_;
+	$s->{node}->safe_psql('postgres', "SELECT setval('stream_stop_$s->{stream}', 2)");
+	finish_stream($s);
 }
 
 sub finish_stream
@@ -78,7 +88,10 @@ sub kill_instance
 }
 
 # ---- 1. SIGKILL one instance under RPC streams from the two others
-my @streams = (start_stream(1, 1, 14, 2, 3), start_stream(2, 2, 14, 1, 3));
+# The streams run until node 3 is back and has served them for a while: how
+# long its restart takes depends on the machine (the soft-RoCE VM is slow).
+my $most = $PostgreSQL::Test::Utils::timeout_default - 30;    # within IPC::Run's timeout
+my @streams = (start_stream(1, 1, $most, 2, 3), start_stream(2, 2, $most, 1, 3));
 sleep 3;
 kill_instance(3);
 sleep 1;
@@ -90,7 +103,15 @@ for (1 .. 30)
 }
 ok($started, 'killed instance restarts');
 ok($c->wait_up(3), 'restarted instance sees every node UP again');
-finish_stream($_) for @streams;
+for my $s (@streams)
+{
+	# The outcomes are not visible before the stream's transaction ends: wait
+	# until node 3 answers this node, give the stream a moment to use that,
+	# then stop it. "work again after its restart" below checks the stream.
+	$s->{node}->poll_query_until('postgres', 'SELECT pgrac_ic_ping(3) IS NOT NULL');
+	sleep 1;
+	stop_stream($s);
+}
 
 for my $i (1, 2)
 {
