@@ -470,7 +470,9 @@ close $fh;
 ok($ok, "every dashboard query is valid PromQL (promtool check rules $panel_file)") or diag($out);
 # At least one series from every query, fed with the healthy scrapes and then the
 # peer-down ones (the error-rate panels show only rates > 0).
-($ok, $out) = dashboard_has_data($panel_file, scalar(@exprs), \%scrape, \%down);
+($ok, $out) = dashboard_has_data($panel_file, scalar(@exprs),
+	{ map { ("node$_" => $scrape{$_}) } 1 .. 3 },
+	{ map { ("node$_" => $down{$_}) } 1 .. 3 });
 ok($ok, 'every dashboard query returns data from the scrapes') or diag($out);
 
 $_->stop for values %exporter;
@@ -508,23 +510,13 @@ sub dashboard_has_data
 	my %values;
 	for my $phase (0, 1)
 	{
-		my $scrapes = ($healthy, $down)[$phase];
-		for my $i (sort keys %$scrapes)
-		{
-			for my $s ($scrapes->{$i}->samples)
-			{
-				my ($name, $labels, $value) = @$s;
-				next unless $value =~ /^-?[0-9]/;
-				my %l = (%$labels, instance => "node$i");
-				my $sel = join(',', map { qq{$_="} . PgracExporter::escape($l{$_}) . '"' } sort keys %l);
-				$values{"$name\{$sel\}"}[$phase] = PgracExporter::number($value);
-			}
-		}
+		my $v = PgracExporter::series_values(($healthy, $down)[$phase]);
+		$values{$_}[$phase] = $v->{$_} for keys %$v;
 	}
 	# 0 s .. 45 s healthy, 60 s .. 105 s peer down; '_': no sample.
 	my @series = map {
 		my $v = $values{$_};
-		{ series => $_, values => join(' ', map { $v->[$_] // '_' } 0, 0, 0, 0, 1, 1, 1, 1) }
+		+{ series => $_, values => join(' ', map { $v->[$_] // '_' } 0, 0, 0, 0, 1, 1, 1, 1) }
 	} sort keys %values;
 	my @tests = map {
 		{

@@ -55,7 +55,9 @@ sub log_file { return $_[0]->{log}; }
 sub get
 {
 	my ($self) = @_;
-	my $r = HTTP::Tiny->new(timeout => 30)->get("http://127.0.0.1:$self->{port}/metrics");
+	# Straight to loopback, whatever http_proxy says.
+	my $http = HTTP::Tiny->new(timeout => 30, no_proxy => ['127.0.0.1']);
+	my $r = $http->get("http://127.0.0.1:$self->{port}/metrics");
 	return $r->{success} ? $r->{content} : undef;
 }
 
@@ -88,26 +90,36 @@ sub promtool
 	return ($ok, $out);
 }
 
-# A promtool rule test (JSON is YAML) that feeds the scrapes as constant series
-# (instance => scrape) for `minutes` and checks that exactly the alerts `expected`
-# ([alertname, {labels}] ...) fire at the end; writes it next to the rules file's
-# copy in DIR and runs it. Returns (ok, output).
+# The pg_ samples of scrapes ({instance => scrape}) as promtool input series:
+# {'name{labels,instance="..."}' => value}; NaN and infinities have no sample.
+sub series_values
+{
+	my ($scrapes) = @_;
+	my %values;
+	for my $instance (sort keys %$scrapes)
+	{
+		for my $s ($scrapes->{$instance}->samples)
+		{
+			my ($name, $labels, $value) = @$s;
+			next unless $name =~ /^pg_/ && $value =~ /^-?[0-9]/;
+			my %l = (%$labels, instance => $instance);
+			my $sel = join(',', map { qq{$_="} . escape($l{$_}) . '"' } sort keys %l);
+			$values{"$name\{$sel\}"} = number($value);
+		}
+	}
+	return \%values;
+}
+
+# A promtool rule test (JSON is YAML) that feeds the scrapes ({instance => scrape}) as
+# constant series for `minutes` and checks that exactly the alerts `expected`
+# ([alertname, {labels}] ...) fire at the end; written to DIR/NAME.json and run.
+# Returns (ok, output).
 sub alerts_firing_on
 {
 	my (%args) = @_;
 	my $steps = $args{minutes} * 4;    # 15 s apart
-	my @series;
-	for my $instance (sort keys %{ $args{scrapes} })
-	{
-		for my $s ($args{scrapes}{$instance}->samples)
-		{
-			my ($name, $labels, $value) = @$s;
-			next unless $name =~ /^pg_/ && $value =~ /^-?[0-9]/;    # ours; NaN, Inf: no sample
-			my %l = (%$labels, instance => $instance);
-			my $sel = join(',', map { qq{$_="} . escape($l{$_}) . '"' } sort keys %l);
-			push @series, { series => "$name\{$sel\}", values => number($value) . "x$steps" };
-		}
-	}
+	my $values = series_values($args{scrapes});
+	my @series = map { +{ series => $_, values => "$values->{$_}x$steps" } } sort keys %$values;
 	my (@exp, %by);
 	for my $e (@{ $args{expected} })
 	{
