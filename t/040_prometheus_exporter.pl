@@ -134,12 +134,14 @@ ok( $n1->poll_query_until('postgres',
 		q{SELECT count(*) = 1 FROM pg_cluster_ges_locks WHERE state = 'waiting'}),
 	'node 3 waits for mon:held');
 
-# ---- the exporters: one per instance, as on one host each
+# ---- the exporters: one per instance, as on one host each; node 2's is given the
+# queries file in the environment, the others on the command line
 my %exporter = map {
 	$_ => PgracExporter->start(
 		node => $c->node($_),
 		name => "node$_",
 		queries => $queries,
+		queries_in_env => $_ == 2,
 		user => 'pgrac_exporter')
 } 1 .. 3;
 pass('the three exporters answer on /metrics');

@@ -17,9 +17,12 @@ use Time::HiRes qw(sleep time);
 our $BINARY = $ENV{PGRAC_PG_EXPORTER} // '/usr/bin/prometheus-postgres-exporter';
 our $PROMTOOL = $ENV{PGRAC_PROMTOOL} // '/usr/bin/promtool';
 
-# PgracExporter->start(node => $node, name => 'node1', queries => FILE, user => ROLE):
+# PgracExporter->start(node => $node, name => 'node1', queries => FILE, user => ROLE,
+#                      queries_in_env => 0):
 # an exporter on 127.0.0.1 (a free port) reading $node as ROLE over its Unix socket,
-# as the Debian service would (DATA_SOURCE_NAME, default collectors on). Returns once
+# as the Debian service would (DATA_SOURCE_NAME, default collectors on); the queries
+# file given by --extend.query-path, or with queries_in_env by
+# PG_EXPORTER_EXTEND_QUERY_PATH (docs/monitoring.md shows both). Returns once
 # /metrics answers (bounded).
 sub start
 {
@@ -32,11 +35,10 @@ sub start
 	}, $class;
 	local $ENV{DATA_SOURCE_NAME} = sprintf('host=%s port=%d user=%s dbname=postgres sslmode=disable',
 		$node->host, $node->port, $args{user});
+	local $ENV{PG_EXPORTER_EXTEND_QUERY_PATH} = $args{queries} if $args{queries_in_env};
+	my @queries = $args{queries_in_env} ? () : ("--extend.query-path=$args{queries}");
 	$self->{harness} = IPC::Run::start(
-		[
-			$BINARY, "--web.listen-address=127.0.0.1:$self->{port}",
-			"--extend.query-path=$args{queries}", '--log.level=warn'
-		],
+		[ $BINARY, "--web.listen-address=127.0.0.1:$self->{port}", @queries, '--log.level=warn' ],
 		'<', \undef, '>>', $self->{log}, '2>>', $self->{log});
 	my $deadline = time + 30;
 	until (defined $self->get)
