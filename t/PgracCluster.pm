@@ -1,7 +1,8 @@
 
 # Copyright: pgrac_ic authors. Test helper: an N-instance pgrac_ic cluster on
 # loopback, every instance a physical copy of one data directory (same system
-# identifier and relfilenodes, as instances on shared storage would have).
+# identifier and relfilenodes, as instances on shared storage would have), or
+# (streaming => 1) a primary and streaming standbys made with pg_basebackup.
 package PgracCluster;
 
 use strict;
@@ -29,6 +30,11 @@ use Test::More;
 # = 'pgrac_ic,...'), e.g. an upper layer that registers handlers.
 # initdb_extra (optional): more initdb options for node 1's data directory,
 # which every other instance copies.
+# streaming (optional): node 1 is a primary (initialised with allows_streaming)
+# and nodes 2..n are hot standbys streaming from it, each made from one
+# pg_basebackup of node 1 (taken after before_copy) with init_from_backup's
+# has_streaming. A standby is read-only, so start_all creates the extension
+# on node 1 only and waits until every standby has replayed it.
 sub new
 {
 	my ($class, %args) = @_;
@@ -49,6 +55,7 @@ sub new
 		nodes => [],
 		ic_ports => [],
 		preload => join(',', 'pgrac_ic', @{ $args{preload} // [] }),
+		streaming => $args{streaming} // 0,
 	}, $class;
 
 	$self->{ic_ports} = [ map { PostgreSQL::Test::Cluster::get_free_port() } 1 .. $n ];
@@ -57,20 +64,41 @@ sub new
 	# name: prefix of the instances' names (several clusters in one test).
 	my $prefix = $args{name} // 'node';
 	my $first = PostgreSQL::Test::Cluster->new("${prefix}1");
-	$first->init($args{initdb_extra} ? (extra => $args{initdb_extra}) : ());
-	if ($args{before_copy})
-	{
-		$first->start;
-		$args{before_copy}->($first);
-		$first->stop;
-	}
+	$first->init(
+		($args{initdb_extra} ? (extra => $args{initdb_extra}) : ()),
+		($self->{streaming} ? (allows_streaming => 1) : ()));
 	push @{ $self->{nodes} }, $first;
-	for my $i (2 .. $n)
+	if ($self->{streaming})
 	{
-		my $node = PostgreSQL::Test::Cluster->new("$prefix$i");
-		PostgreSQL::Test::RecursiveCopy::copypath($first->data_dir, $node->data_dir);
-		chmod 0700, $node->data_dir;
-		push @{ $self->{nodes} }, $node;
+		# The base backup is taken before any pgrac_ic setting is in node 1's
+		# postgresql.conf, so that each standby gets only its own (below).
+		$first->start;
+		$args{before_copy}->($first) if $args{before_copy};
+		$first->backup('pgrac_base');
+		$first->stop;
+		for my $i (2 .. $n)
+		{
+			my $node = PostgreSQL::Test::Cluster->new("$prefix$i");
+			$node->init_from_backup($first, 'pgrac_base', has_streaming => 1);
+			push @{ $self->{nodes} }, $node;
+			$self->stream_from($i, 1);
+		}
+	}
+	else
+	{
+		if ($args{before_copy})
+		{
+			$first->start;
+			$args{before_copy}->($first);
+			$first->stop;
+		}
+		for my $i (2 .. $n)
+		{
+			my $node = PostgreSQL::Test::Cluster->new("$prefix$i");
+			PostgreSQL::Test::RecursiveCopy::copypath($first->data_dir, $node->data_dir);
+			chmod 0700, $node->data_dir;
+			push @{ $self->{nodes} }, $node;
+		}
 	}
 	for my $i (1 .. $n)
 	{
@@ -84,6 +112,17 @@ sub new
 	}
 	$self->start_all if $args{start} // 1;
 	return $self;
+}
+
+# Points standby i's walreceiver at node j (takes effect at start, or on a
+# reload), with application_name = its node name: wait_for_catchup and
+# pg_stat_replication tell the standbys apart by it.
+sub stream_from
+{
+	my ($self, $i, $j) = @_;
+	my $node = $self->node($i);
+	my $connstr = $self->node($j)->connstr . ' application_name=' . $node->name;
+	$node->append_conf('postgresql.conf', "primary_conninfo = '$connstr'\n");
 }
 
 # A fresh random key file (hex) with the given mode; returns its path.
@@ -123,6 +162,8 @@ EOC
 }
 
 sub n { return $_[0]->{n}; }
+# True when built as a primary (node 1) and streaming standbys.
+sub streaming { return $_[0]->{streaming}; }
 sub tier { return $_[0]->{tier}; }
 # The address the instances' interconnect listens on.
 sub ic_host { return $_[0]->{host}; }
@@ -146,9 +187,19 @@ sub start_all
 {
 	my ($self) = @_;
 	$_->start for $self->nodes;
-	for my $node ($self->nodes)
+	if ($self->{streaming})
 	{
-		$node->safe_psql('postgres', 'CREATE EXTENSION IF NOT EXISTS pgrac_ic');
+		# CREATE EXTENSION is refused on a standby (read-only); it arrives
+		# there by replay.
+		$self->node(1)->safe_psql('postgres', 'CREATE EXTENSION IF NOT EXISTS pgrac_ic');
+		$self->node(1)->wait_for_catchup($self->node($_)) for 2 .. $self->{n};
+	}
+	else
+	{
+		for my $node ($self->nodes)
+		{
+			$node->safe_psql('postgres', 'CREATE EXTENSION IF NOT EXISTS pgrac_ic');
+		}
 	}
 	$self->wait_all_up;
 }
