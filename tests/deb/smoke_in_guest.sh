@@ -142,12 +142,14 @@ for i in 1 2; do
     tier=$(q $i "SELECT tier FROM pg_cluster_rdma_status")
     [[ $tier == tier3 ]] || fail "node $i runs '$tier', not tier3"
 done
-for pair in "1 2" "2 1"; do
-    set -- $pair
-    rtt=$(q "$1" "SELECT round(pgrac_ic_ping($2)::numeric, 1)") || fail "pgrac_ic_ping($2) on node $1"
-    [[ $rtt =~ ^[0-9.]+$ ]] && awk -v r="$rtt" 'BEGIN { exit !(r > 0) }' ||
-        fail "pgrac_ic_ping($2) on node $1 returned '$rtt'"
-    say "pgrac_ic_ping($2) on node $1: $rtt us"
+for from in 1 2; do
+    to=$((3 - from))
+    rtt=$(q $from "SELECT round(pgrac_ic_ping($to)::numeric, 1)") ||
+        fail "pgrac_ic_ping($to) on node $from"
+    if ! [[ $rtt =~ ^[0-9.]+$ ]] || ! awk -v r="$rtt" 'BEGIN { exit !(r > 0) }'; then
+        fail "pgrac_ic_ping($to) on node $from returned '$rtt'"
+    fi
+    say "pgrac_ic_ping($to) on node $from: $rtt us"
 done
 for i in 1 2; do
     as_pg $pgbin/pg_ctl -D "$w/n$i" -m fast -t 60 stop >/dev/null || fail "node $i did not stop"
