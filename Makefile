@@ -37,12 +37,16 @@ include $(PGXS)
 override CXXFLAGS += -std=c++17 -Wall -Wextra -Werror -Wno-register -fno-omit-frame-pointer
 
 CMAKE_BUILD_TYPE ?= RelWithDebInfo
+# More CMake options, e.g. the Debian package's -DPGRAC_BUILD_TESTS=OFF
+# -DPGRAC_BUILD_BENCH=OFF (debian/rules): it needs neither GoogleTest nor
+# Google Benchmark to build.
+PGRAC_CMAKE_FLAGS ?=
 $(OBJS): $(wildcard src/*.hpp src/lms/*.hpp src/views/*.hpp src/ic/*.hpp src/tiers/*.hpp include/pgrac_ic/*.h)
 $(shlib): $(CORE_LIB)
 $(CORE_LIB) $(CTL_BIN): core
 .PHONY: core
 core:
-	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(CMAKE_BUILD_TYPE) >/dev/null
+	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(CMAKE_BUILD_TYPE) $(PGRAC_CMAKE_FLAGS) >/dev/null
 	cmake --build $(BUILD_DIR) -j$(shell nproc) --target pgrac_core pgrac_ctl
 all: $(CTL_BIN)
 
