@@ -45,8 +45,10 @@ my %families = (
 	(
 		map { ("pg_cluster_rdma_status_$_" => 'gauge') }
 		  qw(info fallback hugepage_fallback listener_ready strict lms_workers epoch
-		  verify_issues start_time_seconds)
+		  verify_issues start_time_seconds reply_pool_bytes reply_pool_in_use_bytes
+		  reply_pool_peak_bytes)
 	),
+	pg_cluster_rdma_status_reply_pool_refusals_total => 'counter',
 	(
 		map { ("pg_cluster_rdma_counters_${_}_total" => 'counter') }
 		  qw(msgs_sent msgs_recv bytes_sent bytes_recv rpcs_sent rpcs_served retransmits
@@ -226,6 +228,10 @@ for my $i (1 .. 3)
 	is($s->value('pg_cluster_rdma_status_listener_ready'), 1, "node $i: the listener is ready");
 	is($s->value('pg_cluster_rdma_status_lms_workers'), 2, "node $i: 2 LMS workers");
 	is($s->value('pg_cluster_rdma_status_epoch'), $epoch, "node $i: status epoch $epoch");
+	is($s->value('pg_cluster_rdma_status_reply_pool_bytes'),
+		16 * 1024 * 1024, "node $i: a reply pool of 16 MB (the default)");
+	is($s->value('pg_cluster_rdma_status_reply_pool_refusals_total'),
+		0, "node $i: the reply pool never ran short");
 }
 my $start = $s1->value('pg_cluster_rdma_status_start_time_seconds');
 ok($start > $now - 600 && $start <= $now, "node 1 started in the last 10 minutes ($start)");
