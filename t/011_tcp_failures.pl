@@ -16,7 +16,9 @@ use Test::More;
 use Time::HiRes qw(time sleep);
 
 my $c = PgracCluster->new(n => 3, tier => 'tier3');
-my $rpc_timeout_ms = 5000;
+# The RPC timeout in force (PGRAC_TEST_CONF may raise it, as in the VM).
+my $rpc_timeout_ms = $c->node(1)->safe_psql('postgres',
+	q{SELECT setting FROM pg_settings WHERE name = 'cluster.rpc_timeout'});
 
 # A stream of exactly-once probes (numbered stream $stream) from node $i to
 # @targets for $seconds, or until the test sets sequence stream_stop_$stream
