@@ -36,6 +36,7 @@ SELECT * FROM pgrac_ic_stream(1, 64, 0);
 SELECT * FROM pgrac_ic_stream(1, 64, 100000001);
 SELECT * FROM pgrac_ic_stream(9, 64, 10);
 
--- The stub tier has no network: nothing failed on it so far.
+-- The stub tier has no network: nothing failed on it so far; its one-node
+-- membership view was committed (recorded as INFO, counted as membership_change).
 SELECT type, severity, description FROM pg_cluster_rdma_errors
  WHERE type NOT IN ('unknown_node') ORDER BY occurred_at;

@@ -132,6 +132,9 @@ void publish_tier(pgrac::ic::IcShared* shm) {
     shm->tier_active = static_cast<uint32_t>(g_decision.active);
     std::memcpy(shm->tier_reason, g_decision.reason, sizeof shm->tier_reason);
     shm->rdma = g_decision.rdma;
+    if (g_decision.fell_back)
+        shm->errors.add(pgrac::ic::ErrorType::TierFallback, pgrac::ic::Severity::Warning, 0,
+                        pgrac::ic::unix_time_us(), g_decision.reason);
 }
 
 pgrac::tiers::TcpOptions tcp_options() {

@@ -180,6 +180,21 @@ void publish_transport_counters(IcShared* shm) noexcept {
             store_relaxed(&shm->verbs_sends, c.verbs_sends);
             store_relaxed(&shm->verbs_recvs, c.verbs_recvs);
             store_relaxed(&shm->cq_rebuilds, c.cq_rebuilds);
+            // New overflows and QP errors also go to the errors view.
+            auto report = [&](pgrac::ic::ErrorType t, uint64_t now, uint64_t before,
+                              const char* what) {
+                if (now <= before) return;
+                char text[128];
+                std::snprintf(text, sizeof text, "%llu %s (%llu in all)",
+                              static_cast<unsigned long long>(now - before), what,
+                              static_cast<unsigned long long>(now));
+                shm->errors.add(t, pgrac::ic::Severity::Warning, 0, pgrac::ic::unix_time_us(),
+                                text);
+            };
+            report(pgrac::ic::ErrorType::CqOverflow, c.cq_overflows, g_last.cq_overflows,
+                   "completion queue overflow(s), recovered by a rebuild");
+            report(pgrac::ic::ErrorType::QpError, c.qp_errors, g_last.qp_errors,
+                   "queue pair error(s): the connection was reset");
             if (c.cq_rebuilds != g_last.cq_rebuilds) {
                 // The CQ was rebuilt (possibly deeper): refresh its depth.
                 pgrac::tiers::VerbsStatus st;

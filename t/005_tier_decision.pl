@@ -43,6 +43,13 @@ sub start_with
 	return ($ok, $log);
 }
 
+# How many tier fallbacks the errors view counted since this start.
+sub fallbacks
+{
+	return $node->safe_psql('postgres',
+		"SELECT total FROM pg_cluster_rdma_error_totals WHERE type = 'tier_fallback'");
+}
+
 sub status
 {
 	$node->safe_psql('postgres', 'CREATE EXTENSION IF NOT EXISTS pgrac_ic');
@@ -58,6 +65,7 @@ if (!$rdma)
 		'... with the WARNING the docs give');
 	like(status(), qr/^tier3\|auto\|No RDMA HCA detected; running at Tier 3 \(TCP\)$/,
 		'... and pg_cluster_rdma_status says tier3, auto and why');
+	is(fallbacks(), '1', '... and the errors view counts one tier_fallback');
 
 	($ok, $log) = start_with('tier1', 0);
 	ok($ok, 'tier1 without an RDMA device starts (not strict)');
@@ -79,12 +87,14 @@ else
 	like(status(), qr/^tier2\|auto\|\w+ port \d+ is an ACTIVE Ethernet port \(RoCE v2 GID \d+\); running at Tier 2/,
 		'... at tier2, and says which port');
 	unlike($log, qr/WARNING:.*running at/, '... without a fallback WARNING');
+	is(fallbacks(), '0', '... and no tier_fallback counted');
 
 	($ok, $log) = start_with('tier1', 0);
 	ok($ok, 'tier1 on a RoCE port starts (not strict)');
 	like(status(), qr/^tier2\|tier1\|tier1 requested but no ACTIVE InfiniBand port .*; running at Tier 2/,
 		'... falls back to the RoCE port, saying why');
 	like($log, qr/WARNING:  tier1 requested but no ACTIVE InfiniBand port/, '... with a WARNING');
+	is(fallbacks(), '1', '... counted as a tier_fallback');
 
 	($ok, $log) = start_with('tier1', 1);
 	ok(!$ok, 'strict tier1 on a RoCE port refuses to start');

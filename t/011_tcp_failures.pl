@@ -148,21 +148,26 @@ like(
 	'node 1 recorded that node 3 went away');
 
 # ---- 2. a stopped listener is DOWN within peer_timeout, UP after SIGCONT
-my $stream = start_stream(1, 5, 9, 2);
+my $stream = start_stream(1, 5, $most, 2);
 sleep 1;
 my $listener = $c->worker_pid(2, 'pgrac_ic listener');
 kill 'STOP', $listener;
 my $t0 = time;
 ok($c->wait_peer_state(1, 2, 'DOWN'), 'stopped peer is declared DOWN');
 my $took = time - $t0;
-cmp_ok($took, '<', 2.0 + 1.5, "DOWN within peer_timeout (took ${took}s)");
+# peer_timeout is 2 s; the detection itself runs on the listener's clock, which
+# under TCG (the soft-RoCE VM) may be seconds late.
+my $slack = $ENV{RXEVM} ? 5 : 1.5;
+cmp_ok($took, '<', 2.0 + $slack, "DOWN within peer_timeout (took ${took}s)");
 my $fail = $c->node(1)->psql('postgres', 'SELECT pgrac_ic_ping(2)', stderr => \my $ping_err);
 like($ping_err, qr/pgrac_ic ping to node 2 failed: peer unreachable/,
 	'a ping to the stopped peer fails at once with a clear error');
 sleep 1;
 kill 'CONT', $listener;
 ok($c->wait_peer_state(1, 2, 'UP'), 'peer is UP again after SIGCONT');
-finish_stream($stream);
+$c->node(1)->poll_query_until('postgres', 'SELECT pgrac_ic_ping(2) IS NOT NULL');
+sleep 1;
+stop_stream($stream);
 is( $c->node(1)->safe_psql('postgres',
 		q{SELECT count(*) FROM outcomes WHERE outcome IN ('duplicate', 'reordered')}),
 	'0',

@@ -652,7 +652,18 @@ void Engine::on_heartbeat(Peer& p, const FrameHeader& h, const uint8_t* payload)
 
 void Engine::membership_tick(int64_t now) {
     const bool changed = membership_.tick(now);
-    for (const std::string& line : membership_.take_logs()) host_.log(Severity::Info, line);
+    const std::vector<std::string> lines = membership_.take_logs();
+    for (const std::string& line : lines) host_.log(Severity::Info, line);
+    // Counted too (pg_cluster_rdma_error_totals): a fence as fenced, every
+    // other change of this node's view as membership_change.
+    const std::vector<MembershipEvent> events = membership_.take_events();
+    for (size_t i = 0; i < events.size(); i++) {
+        const bool fenced = events[i] == MembershipEvent::Fenced;
+        const std::string text = i < lines.size() ? lines[i] : membership_event_name(events[i]);
+        shm_->errors.add(fenced ? ErrorType::Fenced : ErrorType::MembershipChange,
+                         fenced ? Severity::Error : Severity::Info, 0, unix_time_us(),
+                         text.c_str());
+    }
     const uint32_t epoch = membership_.committed().epoch;
     const uint64_t lease = lease_word(&shm_->membership);
     if (epoch != load_relaxed(&shm_->epoch) || lease_fences(lease) != fences_seen_) {

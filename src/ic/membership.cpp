@@ -208,6 +208,12 @@ std::vector<std::string> Membership::take_logs() {
     return out;
 }
 
+std::vector<MembershipEvent> Membership::take_events() {
+    std::vector<MembershipEvent> out;
+    out.swap(events_);
+    return out;
+}
+
 int64_t Membership::unix_at(int64_t mono_us, int64_t now_us) const {
     const int64_t unix_now = unix_clock_ ? unix_clock_() : 0;
     return unix_now - (now_us - mono_us);
@@ -227,6 +233,7 @@ void Membership::record(MembershipEvent e, uint32_t epoch, NodeMask members, int
                       b < detail.size() && b + 1 < sizeof r->detail ? detail[b] : '\0');
     store_release(&r->seq, 2 * t);
     store_release(&shm_->history_next, t);
+    events_.push_back(e);
     logs_.push_back("membership: " + std::string(membership_event_name(e)) + " epoch " +
                     std::to_string(epoch) + " " + mask_text(members) +
                     (detail.empty() ? "" : ": " + detail));

@@ -181,6 +181,8 @@ class Membership {
     View committed() const { return committed_view(shm_); }
     // Log lines for the host (taken by the caller).
     std::vector<std::string> take_logs();
+    // The events recorded since the last call, for the errors view's totals.
+    std::vector<MembershipEvent> take_events();
     // Unix-time source (tests set it).
     void set_unix_clock(int64_t (*clock)()) { unix_clock_ = clock; }
 
@@ -220,6 +222,7 @@ class Membership {
     // (re)started, so each counts as heard then (see reachable()).
     int64_t started_us_ = 0;
     std::vector<std::string> logs_;
+    std::vector<MembershipEvent> events_;
     int64_t (*unix_clock_)() = nullptr;
 };
 
