@@ -17,8 +17,9 @@ SELECT node_id, address, is_self, state, tier FROM pg_cluster_ic_peers;
 SELECT backend_type, count(*) FROM pg_stat_activity
  WHERE backend_type LIKE 'pgrac_ic%' GROUP BY backend_type ORDER BY backend_type;
 
--- Nothing is granted to PUBLIC; monitoring roles read the views, and only
--- superusers (or roles granted EXECUTE) run round trips.
+-- Nothing is granted to PUBLIC; monitoring roles read the views and may ping
+-- (a liveness probe), and only superusers (or roles granted EXECUTE) run other
+-- round trips.
 SELECT p.proname,
        has_function_privilege('public', p.oid, 'EXECUTE') AS public_exec,
        has_function_privilege('pg_monitor', p.oid, 'EXECUTE') AS monitor_exec
