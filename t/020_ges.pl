@@ -15,14 +15,7 @@ use Test::More;
 my $c = PgracCluster->new(n => 3, tier => 'tier3');
 my ($n1, $n2, $n3) = map { $c->node($_) } 1 .. 3;
 
-# Every LMS worker has finished its start-up replay barrier once a NOWAIT lock
-# gets an answer everywhere.
-for my $i (1 .. 3)
-{
-	ok( $c->node($i)->poll_query_until('postgres',
-			"SELECT pgrac_ges_lock('warmup$i', 'EX', 0) AND pgrac_ges_unlock('warmup$i')"),
-		"GES answers on node $i");
-}
+$c->wait_ges_ready;
 
 # resource_where($node, $prefix, $cond): PgracCluster::resource_where.
 sub resource_where { return PgracCluster::resource_where(@_); }

@@ -22,12 +22,7 @@ my $c = PgracCluster->new(
 	node_conf => { 1 => "log_min_messages = debug1\n" });
 my ($n1, $n2, $n3) = map { $c->node($_) } 1 .. 3;
 
-for my $i (1 .. 3)
-{
-	ok( $c->node($i)->poll_query_until('postgres',
-			"SELECT pgrac_ges_lock('warmup$i', 'EX', 0) AND pgrac_ges_unlock('warmup$i')"),
-		"GES answers on node $i");
-}
+$c->wait_ges_ready;
 is($n2->safe_psql('postgres', 'SHOW cluster.ges_deadlock_timeout'), '300ms', 'timeout set');
 
 # A resource name (prefix || g) mastered on node m.

@@ -73,14 +73,7 @@ is( join(',',
 		map { $_->safe_psql('postgres', 'SELECT system_identifier FROM pg_control_system()') } $n2, $n3),
 	"$sysid,$sysid", 'the standbys have the primary\'s system identifier');
 
-# Every LMS worker has finished its start-up replay barrier once a NOWAIT lock
-# gets an answer everywhere.
-for my $i (1 .. 3)
-{
-	ok( $c->node($i)->poll_query_until('postgres',
-			"SELECT pgrac_ges_lock('warmup$i', 'EX', 0) AND pgrac_ges_unlock('warmup$i')"),
-		"GES answers on node $i");
-}
+$c->wait_ges_ready;
 
 # ---- every SQL function of pgrac_ic runs on a read-only standby (standby 3
 # ---- calls; the primary and standby 2 serve)

@@ -251,6 +251,20 @@ sub wait_peer_state
 		"SELECT state = '$state' FROM pg_cluster_ic_peers WHERE node_id = $j");
 }
 
+# Waits until every LMS worker of every instance has finished its start-up
+# replay barrier: a NOWAIT global lock gets an answer on each instance (one
+# assertion per instance).
+sub wait_ges_ready
+{
+	my ($self) = @_;
+	for my $i (1 .. $self->n)
+	{
+		ok( $self->node($i)->poll_query_until('postgres',
+				"SELECT pgrac_ges_lock('warmup$i', 'EX', 0) AND pgrac_ges_unlock('warmup$i')"),
+			"GES answers on node $i");
+	}
+}
+
 # PID of an instance's background worker by backend_type ("pgrac_ic listener").
 sub worker_pid
 {
