@@ -652,14 +652,11 @@ void Engine::on_heartbeat(Peer& p, const FrameHeader& h, const uint8_t* payload)
 
 void Engine::membership_tick(int64_t now) {
     const bool changed = membership_.tick(now);
-    const std::vector<std::string> lines = membership_.take_logs();
-    for (const std::string& line : lines) host_.log(Severity::Info, line);
+    for (const std::string& line : membership_.take_logs()) host_.log(Severity::Info, line);
     // Counted too (pg_cluster_rdma_error_totals): a fence as fenced, every
     // other change of this node's view as membership_change.
-    const std::vector<MembershipEvent> events = membership_.take_events();
-    for (size_t i = 0; i < events.size(); i++) {
-        const bool fenced = events[i] == MembershipEvent::Fenced;
-        const std::string text = i < lines.size() ? lines[i] : membership_event_name(events[i]);
+    for (const auto& [event, text] : membership_.take_events()) {
+        const bool fenced = event == MembershipEvent::Fenced;
         shm_->errors.add(fenced ? ErrorType::Fenced : ErrorType::MembershipChange,
                          fenced ? Severity::Error : Severity::Info, 0, unix_time_us(),
                          text.c_str());

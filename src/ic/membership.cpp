@@ -208,8 +208,8 @@ std::vector<std::string> Membership::take_logs() {
     return out;
 }
 
-std::vector<MembershipEvent> Membership::take_events() {
-    std::vector<MembershipEvent> out;
+std::vector<std::pair<MembershipEvent, std::string>> Membership::take_events() {
+    std::vector<std::pair<MembershipEvent, std::string>> out;
     out.swap(events_);
     return out;
 }
@@ -233,10 +233,11 @@ void Membership::record(MembershipEvent e, uint32_t epoch, NodeMask members, int
                       b < detail.size() && b + 1 < sizeof r->detail ? detail[b] : '\0');
     store_release(&r->seq, 2 * t);
     store_release(&shm_->history_next, t);
-    events_.push_back(e);
-    logs_.push_back("membership: " + std::string(membership_event_name(e)) + " epoch " +
-                    std::to_string(epoch) + " " + mask_text(members) +
-                    (detail.empty() ? "" : ": " + detail));
+    std::string text = "membership: " + std::string(membership_event_name(e)) + " epoch " +
+                       std::to_string(epoch) + " " + mask_text(members) +
+                       (detail.empty() ? "" : ": " + detail);
+    logs_.push_back(text);
+    events_.emplace_back(e, std::move(text));
 }
 
 void Membership::on_heard(uint16_t node, int64_t now_us) {

@@ -30,6 +30,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace pgrac::ic {
@@ -181,8 +182,9 @@ class Membership {
     View committed() const { return committed_view(shm_); }
     // Log lines for the host (taken by the caller).
     std::vector<std::string> take_logs();
-    // The events recorded since the last call, for the errors view's totals.
-    std::vector<MembershipEvent> take_events();
+    // The events recorded since the last call, each with its log text, for
+    // the errors view.
+    std::vector<std::pair<MembershipEvent, std::string>> take_events();
     // Unix-time source (tests set it).
     void set_unix_clock(int64_t (*clock)()) { unix_clock_ = clock; }
 
@@ -222,7 +224,7 @@ class Membership {
     // (re)started, so each counts as heard then (see reachable()).
     int64_t started_us_ = 0;
     std::vector<std::string> logs_;
-    std::vector<MembershipEvent> events_;
+    std::vector<std::pair<MembershipEvent, std::string>> events_;
     int64_t (*unix_clock_)() = nullptr;
 };
 

@@ -116,25 +116,20 @@ ReplyPoolShared* reply_pool(IcShared* shm) {
 
 namespace {
 
-// Copies between a flat buffer and a slot's storage: its inline buffer, then
-// its chunks in order. to_slot: flat -> slot; otherwise slot -> flat.
-void copy_slot(IcShared* shm, ReplySlot* slot, uint8_t* flat, uint32_t n, bool to_slot) {
-    auto move = [&](uint8_t* space, uint32_t room) {
-        const uint32_t part = n < room ? n : room;
-        if (to_slot)
-            std::memcpy(space, flat, part);
-        else
-            std::memcpy(flat, space, part);
-        flat += part;
-        n -= part;
+// Calls f(space, offset, part) for the slot's storage that holds bytes
+// [0, n) of a reply: its inline buffer, then its chunks in order.
+template <typename F>
+void for_each_part(IcShared* shm, const ReplySlot* slot, uint32_t n, F f) {
+    uint32_t off = 0;
+    auto part = [&](uint8_t* space, uint32_t room) {
+        const uint32_t len = n - off < room ? n - off : room;
+        f(space, off, len);
+        off += len;
     };
-    move(slot->inline_data, kReplyInlineBytes);
+    part(const_cast<uint8_t*>(slot->inline_data), kReplyInlineBytes);
     ReplyPoolShared* pool = reply_pool(shm);
-    for (uint32_t i = 0; i < slot->n_chunks && n > 0; i++) {
-        uint8_t* chunk = reply_pool_chunk(pool, slot->chunks[i]);
-        if (chunk == nullptr) return;
-        move(chunk, kReplyChunkBytes);
-    }
+    for (uint32_t i = 0; i < slot->n_chunks && off < n; i++)
+        if (uint8_t* chunk = reply_pool_chunk(pool, slot->chunks[i])) part(chunk, kReplyChunkBytes);
 }
 
 }  // namespace
@@ -152,7 +147,10 @@ bool complete_slot(IcShared* shm, ReplySlot* slot, uint64_t rpc_id, uint32_t sta
         return false;
     }
     const uint32_t cap = slot_capacity(slot);
-    if (len > 0) copy_slot(shm, slot, const_cast<uint8_t*>(body), len < cap ? len : cap, true);
+    if (len > 0)
+        for_each_part(
+            shm, slot, len < cap ? len : cap,
+            [&](uint8_t* space, uint32_t off, uint32_t n) { std::memcpy(space, body + off, n); });
     slot->len = len;
     slot->status = status;
     store_release(&slot->state, static_cast<uint32_t>(SlotState::Done));
@@ -162,7 +160,10 @@ bool complete_slot(IcShared* shm, ReplySlot* slot, uint64_t rpc_id, uint32_t sta
 void read_slot(IcShared* shm, const ReplySlot* slot, void* dst, uint32_t n) {
     const uint32_t cap = slot_capacity(slot);
     if (n > cap) n = cap;
-    if (n > 0) copy_slot(shm, const_cast<ReplySlot*>(slot), static_cast<uint8_t*>(dst), n, false);
+    auto* out = static_cast<uint8_t*>(dst);
+    for_each_part(shm, slot, n, [&](const uint8_t* space, uint32_t off, uint32_t len) {
+        std::memcpy(out + off, space, len);
+    });
 }
 
 bool slot_reserve(IcShared* shm, ReplySlot* slot, uint32_t reply_cap) {
