@@ -1,7 +1,8 @@
 // Verbs tier: connection lifecycle through librdmacm. Outbound: resolve the
 // address (which names the device), create the QP, resolve the route,
 // connect. Inbound: a connect request on a listening id gets a QP and an
-// accept. Either side is usable, and announced, at ESTABLISHED.
+// accept. Either side is usable, and announced, at ESTABLISHED (an accepted
+// one also at its first received frame, which may come first: verbs_transport_io.cpp).
 #include <netdb.h>
 #include <sys/socket.h>
 
@@ -242,7 +243,8 @@ void VerbsTransport::on_cm_event(const rdma_cm_event& ev) {
                 break;
             }
             case RDMA_CM_EVENT_ESTABLISHED:
-                established(*c);
+                // An accepted connection may be announced already, by its first frame.
+                if (!c->announced) established(*c);
                 break;
             case RDMA_CM_EVENT_DISCONNECTED:
                 end(*c, VerbsCloseCause::PeerClosed);

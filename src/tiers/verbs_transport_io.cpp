@@ -245,6 +245,14 @@ void VerbsTransport::on_recv(const ibv_wc& wc, uint32_t slot) {
                 std::to_string(wc.vendor_err) + ")");
         return;
     }
+    if (c != nullptr && c->state == VerbsConnState::Connecting && c->inbound && c->cm_connected) {
+        // The dialer sends its first frame as soon as it sees ESTABLISHED; here
+        // that frame can complete before our own ESTABLISHED event is read
+        // (the CQ and the CM channel are separate queues). A frame on the
+        // accepted QP proves the connection is up: announce it now rather
+        // than drop the frame, which would stall the handshake until it times out.
+        established(*c);
+    }
     if (c == nullptr || c->state != VerbsConnState::Open) return;
     const uint8_t* p = pool_.slot(slot);
     const size_t len = wc.byte_len;

@@ -52,11 +52,17 @@ chown -R postgres: \$w
 # setpriv, not runuser: runuser's PAM session (pam_limits) would reset memlock.
 as_pg() { setpriv --reuid=postgres --regid=postgres --init-groups env HOME=\$w \"\$@\"; }
 as_pg sh -c 'echo \"memlock as postgres: \$(ulimit -l)\"' > \$RXEVM_OUT/tap.log
+# Copy the instances' logs out while the suites run, so a run cut by the VM's
+# time limit still leaves them behind.
+mkdir -p \$RXEVM_OUT/log
+( while sleep 15; do cp -r \$w/src/tmp_check/log/. \$RXEVM_OUT/log/ 2>/dev/null; done ) &
+copier=\$!
 as_pg env RXEVM=1 PGRAC_RDMA_ADDR=\$RXEVM_IPADDR PG_TEST_TIMEOUT_DEFAULT=${PGRAC_VM_TEST_TIMEOUT:-30} \
     PGRAC_TEST_TIER='${PGRAC_TEST_TIER:-}' PGRAC_TEST_CONF='${PGRAC_TEST_CONF:-}' \
     make -C \$w/src installcheck REGRESS= PROVE_TESTS='$tests' PROVE_FLAGS='--timer -v' \
     >> \$RXEVM_OUT/tap.log 2>&1
 echo \$? > \$RXEVM_OUT/rc
+kill \$copier 2>/dev/null
 if [ -n '${PGRAC_RXE_PERF:-}' ]; then
     # Baselines on the same rxe0 in the same VM (docs/performance.md).
     g=\${RXEVM_GID_INDEX:-1}

@@ -239,6 +239,45 @@ TEST_F(VerbsPair, BurstLargerThanSendQueueArrivesInOrder) {
     EXPECT_TRUE(ra.closed.empty() && rb.closed.empty());
 }
 
+// The dialer sends as soon as it sees ESTABLISHED; the acceptor reads its CQ
+// before its CM events, so that first frame can complete on a connection it
+// has not announced yet. It must be delivered, after exactly one on_accepted
+// (it was dropped, and the engine's handshake then stalled until its timeout).
+TEST_F(VerbsPair, FirstFrameBeforeTheAcceptorsEstablishedIsKept) {
+    std::string error;
+    a = make_verbs_transport(ra, small_options(), &error);
+    ASSERT_NE(a, nullptr) << error;
+    b = make_verbs_transport(rb, small_options(), &error);
+    ASSERT_NE(b, nullptr) << error;
+    addr = test_addr();
+    for (int i = 0; i < 20 && !a->listen(addr, port = test_port(), &error); ++i) port = 0;
+    ASSERT_NE(port, 0) << error;
+    bconn = b->connect(addr, port, &error);
+    ASSERT_NE(bconn, 0u) << error;
+    // b (polled last) sends the RTU and announces in the same poll: the
+    // pump stops there, before a has looked at its CM channel again.
+    ASSERT_TRUE(pump({a.get(), b.get()},
+                     [&] { return !rb.connected.empty() || !rb.connect_failed.empty(); }));
+    ASSERT_TRUE(rb.connect_failed.empty()) << rb.connect_failed[0].second;
+    ASSERT_TRUE(ra.accepted.empty()) << "the acceptor announced first: the race was not set up";
+    const auto req = message(1, 64);
+    ASSERT_TRUE(send_frame(*b, bconn, req));
+    ::poll(nullptr, 0, 300);  // the frame and the RTU both reach a before it polls
+    ASSERT_TRUE(pump(
+        {a.get(), b.get()}, [&] { return !ra.frames.empty(); }, std::chrono::seconds(10)))
+        << "the first frame was lost";
+    ASSERT_EQ(ra.accepted.size(), 1u);
+    EXPECT_EQ(ra.frames[0].conn, ra.accepted[0].first);
+    EXPECT_TRUE(payload_matches(ra.frames[0], req));
+    // The late ESTABLISHED event announces nothing twice, and the connection works.
+    pump(
+        {a.get(), b.get()}, [] { return false; }, std::chrono::seconds(1));
+    EXPECT_EQ(ra.accepted.size(), 1u);
+    aconn = ra.accepted[0].first;
+    EXPECT_GT(ping_pong(3, 64), 0);
+    EXPECT_TRUE(ra.closed.empty() && rb.closed.empty());
+}
+
 TEST_F(VerbsPair, PeerCloseIsReported) {
     connect_pair();
     a->close(aconn);
