@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "ic/atomics.hpp"
+#include "ic/codec.hpp"
 #include "ic/engine.hpp"
 #include "tiers/tcp_socket.hpp"
 
@@ -605,8 +606,8 @@ void Engine::send_heartbeat(Peer& p, uint8_t kind, uint64_t ts_ns) {
     uint8_t b[kHeartbeatSize] = {};
     b[0] = kind;
     const uint32_t epoch = load_relaxed(&shm_->epoch);
-    for (int i = 0; i < 4; i++) b[4 + i] = static_cast<uint8_t>(epoch >> (8 * i));
-    for (int i = 0; i < 8; i++) b[8 + i] = static_cast<uint8_t>(ts_ns >> (8 * i));
+    codec::store_le(b + 4, epoch);
+    codec::store_le(b + 8, ts_ns);
     Gossip g = membership_.gossip();
     // A pong counts toward the pinger's lease only from within our accepted view.
     if (kind == kHeartbeatPong && membership_.in_accepted_view(p.addr.node_id))
@@ -623,10 +624,8 @@ void Engine::on_heartbeat(Peer& p, const FrameHeader& h, const uint8_t* payload)
                       std::to_string(kHeartbeatSize) + ")");
         return;
     }
-    uint32_t epoch = 0;
-    uint64_t ts = 0;
-    for (int i = 0; i < 4; i++) epoch |= static_cast<uint32_t>(payload[4 + i]) << (8 * i);
-    for (int i = 0; i < 8; i++) ts |= static_cast<uint64_t>(payload[8 + i]) << (8 * i);
+    const auto epoch = codec::load_le<uint32_t>(payload + 4);
+    const auto ts = codec::load_le<uint64_t>(payload + 8);
     Gossip g;
     if (payload[0] > kHeartbeatPong ||
         !decode_gossip(payload + kHeartbeatHead, kGossipSize, membership_.configured(), &g)) {

@@ -20,6 +20,7 @@
 #include <cstring>
 #include <new>
 
+#include "ic/codec.hpp"
 #include "ic/crc32c.hpp"
 
 namespace pgrac::ic {
@@ -29,29 +30,22 @@ namespace {
 constexpr size_t kCrcOffset = 20;
 
 void put16(uint8_t* p, uint16_t v) {
-    p[0] = static_cast<uint8_t>(v);
-    p[1] = static_cast<uint8_t>(v >> 8);
+    codec::store_le(p, v);
 }
-
 void put32(uint8_t* p, uint32_t v) {
-    for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+    codec::store_le(p, v);
 }
-
 void put64(uint8_t* p, uint64_t v) {
-    for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+    codec::store_le(p, v);
 }
-
 uint16_t get16(const uint8_t* p) {
-    return static_cast<uint16_t>(p[0] | (p[1] << 8));
+    return codec::load_le<uint16_t>(p);
 }
-
 uint32_t get32(const uint8_t* p) {
-    return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
-           (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
+    return codec::load_le<uint32_t>(p);
 }
-
 uint64_t get64(const uint8_t* p) {
-    return static_cast<uint64_t>(get32(p)) | (static_cast<uint64_t>(get32(p + 4)) << 32);
+    return codec::load_le<uint64_t>(p);
 }
 
 uint32_t effective_limit(uint32_t max_payload) {

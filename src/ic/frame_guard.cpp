@@ -9,6 +9,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "ic/codec.hpp"
 #include "ic/crc32c.hpp"
 
 namespace pgrac::ic {
@@ -23,7 +24,7 @@ constexpr char kRekeyLabel[] = "pgrac-ic v2 rekey";
 }
 
 void put32(uint8_t* p, uint32_t v) {
-    for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+    codec::store_le(p, v);
 }
 
 }  // namespace
@@ -93,7 +94,7 @@ void FrameGuard::begin(Direction& d) {
         std::vector<uint8_t> ikm(d.key.begin(), d.key.end());
         std::vector<uint8_t> salt(kRekeyLabel, kRekeyLabel + sizeof kRekeyLabel - 1);
         std::vector<uint8_t> info(8);
-        for (int i = 0; i < 8; ++i) info[i] = static_cast<uint8_t>(due >> (8 * i));
+        codec::store_le(info.data(), due);
         std::vector<uint8_t> next = hkdf_sha256(ikm, salt, info, kSessionKeySize);
         std::array<uint8_t, kSessionKeySize> key{};
         std::memcpy(key.data(), next.data(), key.size());
@@ -103,7 +104,7 @@ void FrameGuard::begin(Direction& d) {
         d.generation = due;
     }
     uint8_t nonce[kNonceBytes] = {};
-    for (int i = 0; i < 8; ++i) nonce[4 + i] = static_cast<uint8_t>(d.counter >> (8 * i));
+    codec::store_le(nonce + 4, d.counter);
     const int ok = d.encrypt ? EVP_EncryptInit_ex(d.ctx, nullptr, nullptr, nullptr, nonce)
                              : EVP_DecryptInit_ex(d.ctx, nullptr, nullptr, nullptr, nonce);
     if (ok != 1) crypto_failed("AES-256-GCM nonce");

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "ic/codec.hpp"
+
 namespace pgrac::ic::ges {
 
 namespace {
@@ -32,15 +34,12 @@ ResourceName ResourceName::from_int(int64_t id) {
     ResourceName r;
     r.kind = ResourceKind::Int;
     r.len = 8;
-    const auto u = static_cast<uint64_t>(id);
-    for (int i = 0; i < 8; ++i) r.data[i] = static_cast<uint8_t>(u >> (8 * i));
+    codec::store_le(r.data, id);
     return r;
 }
 
 int64_t ResourceName::int_value() const {
-    uint64_t u = 0;
-    for (int i = 0; i < 8; ++i) u |= static_cast<uint64_t>(data[i]) << (8 * i);
-    return static_cast<int64_t>(u);
+    return codec::load_le<int64_t>(data);
 }
 
 std::string_view ResourceName::text() const {

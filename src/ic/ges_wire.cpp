@@ -3,69 +3,26 @@
 #include <algorithm>
 #include <cstring>
 
+#include "ic/codec.hpp"
 #include "ic/node_list.hpp"
 
 namespace pgrac::ic::ges {
 
 namespace {
 
-class Writer {
-  public:
-    explicit Writer(std::vector<uint8_t>* out) : out_(out) {}
-    void u8(uint8_t v) { out_->push_back(v); }
-    void u16(uint16_t v) { put(v, 2); }
-    void u32(uint32_t v) { put(v, 4); }
-    void u64(uint64_t v) { put(v, 8); }
-    void owner(Owner o) {
-        u16(o.node);
-        u32(o.proc);
-    }
-    void resource(const ResourceName& r) {
-        u8(static_cast<uint8_t>(r.kind));
-        u8(r.len);
-        out_->insert(out_->end(), r.data, r.data + r.len);
-    }
+using codec::Reader;
+using codec::Writer;
 
-  private:
-    void put(uint64_t v, int n) {
-        for (int i = 0; i < n; ++i) out_->push_back(static_cast<uint8_t>(v >> (8 * i)));
-    }
-    std::vector<uint8_t>* out_;
-};
+void put_owner(Writer& w, Owner o) {
+    w.le(o.node);
+    w.le(o.proc);
+}
 
-// Reads fields in order; the first failure sticks and later reads return 0.
-class Reader {
-  public:
-    Reader(const uint8_t* p, size_t n) : p_(p), n_(n) {}
-    uint8_t u8() { return static_cast<uint8_t>(get(1)); }
-    uint16_t u16() { return static_cast<uint16_t>(get(2)); }
-    uint32_t u32() { return static_cast<uint32_t>(get(4)); }
-    uint64_t u64() { return get(8); }
-    const uint8_t* bytes(size_t n) {
-        if (!ok_ || n_ - pos_ < n) {
-            ok_ = false;
-            return nullptr;
-        }
-        const uint8_t* b = p_ + pos_;
-        pos_ += n;
-        return b;
-    }
-    bool ok() const { return ok_; }
-    bool at_end() const { return pos_ == n_; }
-
-  private:
-    uint64_t get(size_t n) {
-        const uint8_t* b = bytes(n);
-        uint64_t v = 0;
-        if (b != nullptr)
-            for (size_t i = 0; i < n; ++i) v |= static_cast<uint64_t>(b[i]) << (8 * i);
-        return v;
-    }
-    const uint8_t* p_;
-    size_t n_;
-    size_t pos_ = 0;
-    bool ok_ = true;
-};
+void put_resource(Writer& w, const ResourceName& r) {
+    w.le(static_cast<uint8_t>(r.kind));
+    w.le(r.len);
+    w.bytes(r.data, r.len);
+}
 
 // Field checks shared by encode and decode.
 
@@ -185,8 +142,8 @@ GesWireError check_message(const GesMessage& m) {
 // Reads a resource, checking each part as soon as it is read; returns false
 // (with the error) when it does not parse.
 bool read_resource(Reader& r, ResourceName* out, GesWireError* err) {
-    const uint8_t kind = r.u8();
-    const uint8_t len = r.u8();
+    const uint8_t kind = r.le<uint8_t>();
+    const uint8_t len = r.le<uint8_t>();
     if (!r.ok()) {
         *err = GesWireError::Truncated;
         return false;
@@ -217,8 +174,8 @@ bool read_resource(Reader& r, ResourceName* out, GesWireError* err) {
 
 Owner read_owner(Reader& r) {
     Owner o;
-    o.node = r.u16();
-    o.proc = r.u32();
+    o.node = r.le<uint16_t>();
+    o.proc = r.le<uint32_t>();
     return o;
 }
 
@@ -331,86 +288,86 @@ bool operator==(const GesMessage& a, const GesMessage& b) {
 GesWireError encode_ges_message(const GesMessage& m, std::vector<uint8_t>* out) {
     if (GesWireError e = check_message(m); e != GesWireError::None) return e;
     Writer w(out);
-    w.u8(kGesWireVersion);
-    w.u8(static_cast<uint8_t>(m.type));
-    w.u16(0);
-    w.u32(m.epoch);
+    w.le<uint8_t>(kGesWireVersion);
+    w.le<uint8_t>(static_cast<uint8_t>(m.type));
+    w.le<uint16_t>(0);
+    w.le<uint32_t>(m.epoch);
     switch (m.type) {
         case GesMsgType::Request:
         case GesMsgType::Convert:
-            w.owner(m.owner);
-            w.u64(m.request_id);
-            w.u8(static_cast<uint8_t>(m.mode));
-            w.u8(m.flags);
-            w.u32(m.timeout_ms);
-            w.resource(m.resource);
+            put_owner(w, m.owner);
+            w.le<uint64_t>(m.request_id);
+            w.le<uint8_t>(static_cast<uint8_t>(m.mode));
+            w.le<uint8_t>(m.flags);
+            w.le<uint32_t>(m.timeout_ms);
+            put_resource(w, m.resource);
             break;
         case GesMsgType::Release:
-            w.owner(m.owner);
-            w.resource(m.resource);
+            put_owner(w, m.owner);
+            put_resource(w, m.resource);
             break;
         case GesMsgType::ReleaseAll:
-            w.owner(m.owner);
+            put_owner(w, m.owner);
             break;
         case GesMsgType::Cancel:
-            w.owner(m.owner);
-            w.u64(m.request_id);
-            w.u8(static_cast<uint8_t>(m.reason));
-            w.resource(m.resource);
+            put_owner(w, m.owner);
+            w.le<uint64_t>(m.request_id);
+            w.le<uint8_t>(static_cast<uint8_t>(m.reason));
+            put_resource(w, m.resource);
             break;
         case GesMsgType::Grant:
         case GesMsgType::Bast:
-            w.owner(m.owner);
-            w.u64(m.request_id);
-            w.u8(static_cast<uint8_t>(m.mode));
-            if (m.type == GesMsgType::Grant) w.u64(m.token);
-            w.resource(m.resource);
+            put_owner(w, m.owner);
+            w.le<uint64_t>(m.request_id);
+            w.le<uint8_t>(static_cast<uint8_t>(m.mode));
+            if (m.type == GesMsgType::Grant) w.le<uint64_t>(m.token);
+            put_resource(w, m.resource);
             break;
         case GesMsgType::Deny:
-            w.owner(m.owner);
-            w.u64(m.request_id);
-            w.u8(static_cast<uint8_t>(m.mode));
-            w.u8(static_cast<uint8_t>(m.reason));
-            w.resource(m.resource);
+            put_owner(w, m.owner);
+            w.le<uint64_t>(m.request_id);
+            w.le<uint8_t>(static_cast<uint8_t>(m.mode));
+            w.le<uint8_t>(static_cast<uint8_t>(m.reason));
+            put_resource(w, m.resource);
             break;
         case GesMsgType::Replay:
-            w.u8(m.flags);
-            w.u8(0);
-            w.u16(static_cast<uint16_t>(m.entries.size()));
+            w.le<uint8_t>(m.flags);
+            w.le<uint8_t>(0);
+            w.le<uint16_t>(static_cast<uint16_t>(m.entries.size()));
             for (const ReplayEntry& e : m.entries) {
-                w.owner(e.owner);
-                w.u64(e.request_id);
-                w.u64(static_cast<uint64_t>(e.since));
-                w.u8(static_cast<uint8_t>(e.state));
-                w.u8(static_cast<uint8_t>(e.granted_mode));
-                w.u8(static_cast<uint8_t>(e.requested_mode));
-                w.u8(e.flags);
-                w.u64(e.token);
-                w.resource(e.resource);
+                put_owner(w, e.owner);
+                w.le<uint64_t>(e.request_id);
+                w.le<uint64_t>(static_cast<uint64_t>(e.since));
+                w.le<uint8_t>(static_cast<uint8_t>(e.state));
+                w.le<uint8_t>(static_cast<uint8_t>(e.granted_mode));
+                w.le<uint8_t>(static_cast<uint8_t>(e.requested_mode));
+                w.le<uint8_t>(e.flags);
+                w.le<uint64_t>(e.token);
+                put_resource(w, e.resource);
             }
             break;
         case GesMsgType::WaitHint:
-            w.u16(m.worker);
-            w.u32(m.wait_ms);
+            w.le<uint16_t>(m.worker);
+            w.le<uint32_t>(m.wait_ms);
             break;
         case GesMsgType::EdgesRequest:
-            w.u64(m.round);
-            w.u32(m.wait_ms);
+            w.le<uint64_t>(m.round);
+            w.le<uint32_t>(m.wait_ms);
             break;
         case GesMsgType::Edges:
-            w.u64(m.round);
-            w.u16(m.worker);
-            w.u8(m.flags);
-            w.u8(0);
-            w.u16(static_cast<uint16_t>(m.edges.size()));
+            w.le<uint64_t>(m.round);
+            w.le<uint16_t>(m.worker);
+            w.le<uint8_t>(m.flags);
+            w.le<uint8_t>(0);
+            w.le<uint16_t>(static_cast<uint16_t>(m.edges.size()));
             for (const WaitForEdge& e : m.edges) {
-                w.owner(e.waiter);
-                w.owner(e.holder);
-                w.u16(e.master);
-                w.u64(e.request_id);
-                w.u64(static_cast<uint64_t>(e.since));
-                w.u64(e.order);
-                w.resource(e.resource);
+                put_owner(w, e.waiter);
+                put_owner(w, e.holder);
+                w.le<uint16_t>(e.master);
+                w.le<uint64_t>(e.request_id);
+                w.le<uint64_t>(static_cast<uint64_t>(e.since));
+                w.le<uint64_t>(e.order);
+                put_resource(w, e.resource);
             }
             break;
     }
@@ -419,10 +376,10 @@ GesWireError encode_ges_message(const GesMessage& m, std::vector<uint8_t>* out) 
 
 GesWireError decode_ges_message(const uint8_t* in, size_t len, GesMessage* out) {
     Reader r(in, len);
-    const uint8_t version = r.u8();
-    const uint8_t type = r.u8();
-    const uint16_t reserved = r.u16();
-    const uint32_t epoch = r.u32();
+    const uint8_t version = r.le<uint8_t>();
+    const uint8_t type = r.le<uint8_t>();
+    const uint16_t reserved = r.le<uint16_t>();
+    const uint32_t epoch = r.le<uint32_t>();
     if (!r.ok()) return GesWireError::Truncated;
     if (version != kGesWireVersion) return GesWireError::BadVersion;
     if (type == 0 || type > kMaxGesMsgType) return GesWireError::BadType;
@@ -438,10 +395,10 @@ GesWireError decode_ges_message(const uint8_t* in, size_t len, GesMessage* out) 
         case GesMsgType::Request:
         case GesMsgType::Convert:
             m.owner = read_owner(r);
-            m.request_id = r.u64();
-            m.mode = static_cast<LockMode>(r.u8());
-            m.flags = r.u8();
-            m.timeout_ms = r.u32();
+            m.request_id = r.le<uint64_t>();
+            m.mode = static_cast<LockMode>(r.le<uint8_t>());
+            m.flags = r.le<uint8_t>();
+            m.timeout_ms = r.le<uint32_t>();
             if (!read_resource(r, &m.resource, &err)) return err;
             break;
         case GesMsgType::Release:
@@ -453,42 +410,42 @@ GesWireError decode_ges_message(const uint8_t* in, size_t len, GesMessage* out) 
             break;
         case GesMsgType::Cancel:
             m.owner = read_owner(r);
-            m.request_id = r.u64();
-            m.reason = static_cast<DenyReason>(r.u8());
+            m.request_id = r.le<uint64_t>();
+            m.reason = static_cast<DenyReason>(r.le<uint8_t>());
             if (!read_resource(r, &m.resource, &err)) return err;
             break;
         case GesMsgType::Grant:
         case GesMsgType::Bast:
             m.owner = read_owner(r);
-            m.request_id = r.u64();
-            m.mode = static_cast<LockMode>(r.u8());
-            if (m.type == GesMsgType::Grant) m.token = r.u64();
+            m.request_id = r.le<uint64_t>();
+            m.mode = static_cast<LockMode>(r.le<uint8_t>());
+            if (m.type == GesMsgType::Grant) m.token = r.le<uint64_t>();
             if (!read_resource(r, &m.resource, &err)) return err;
             break;
         case GesMsgType::Deny:
             m.owner = read_owner(r);
-            m.request_id = r.u64();
-            m.mode = static_cast<LockMode>(r.u8());
-            m.reason = static_cast<DenyReason>(r.u8());
+            m.request_id = r.le<uint64_t>();
+            m.mode = static_cast<LockMode>(r.le<uint8_t>());
+            m.reason = static_cast<DenyReason>(r.le<uint8_t>());
             if (!read_resource(r, &m.resource, &err)) return err;
             break;
         case GesMsgType::Replay: {
-            m.flags = r.u8();
-            const uint8_t reserved2 = r.u8();
-            const uint16_t count = r.u16();
+            m.flags = r.le<uint8_t>();
+            const uint8_t reserved2 = r.le<uint8_t>();
+            const uint16_t count = r.le<uint16_t>();
             if (!r.ok()) return GesWireError::Truncated;
             if (reserved2 != 0) return GesWireError::BadReserved;
             if (count > kMaxReplayEntries) return GesWireError::BadCount;
             for (uint16_t i = 0; i < count; ++i) {
                 ReplayEntry e;
                 e.owner = read_owner(r);
-                e.request_id = r.u64();
-                e.since = static_cast<int64_t>(r.u64());
-                e.state = static_cast<LockState>(r.u8());
-                e.granted_mode = static_cast<LockMode>(r.u8());
-                e.requested_mode = static_cast<LockMode>(r.u8());
-                e.flags = r.u8();
-                e.token = r.u64();
+                e.request_id = r.le<uint64_t>();
+                e.since = static_cast<int64_t>(r.le<uint64_t>());
+                e.state = static_cast<LockState>(r.le<uint8_t>());
+                e.granted_mode = static_cast<LockMode>(r.le<uint8_t>());
+                e.requested_mode = static_cast<LockMode>(r.le<uint8_t>());
+                e.flags = r.le<uint8_t>();
+                e.token = r.le<uint64_t>();
                 if (!read_resource(r, &e.resource, &err)) return err;
                 // Checked as it is read, so a bad entry fails before the rest is parsed.
                 if (GesWireError ee = check_entry(e); ee != GesWireError::None) return ee;
@@ -497,19 +454,19 @@ GesWireError decode_ges_message(const uint8_t* in, size_t len, GesMessage* out) 
             break;
         }
         case GesMsgType::WaitHint:
-            m.worker = r.u16();
-            m.wait_ms = r.u32();
+            m.worker = r.le<uint16_t>();
+            m.wait_ms = r.le<uint32_t>();
             break;
         case GesMsgType::EdgesRequest:
-            m.round = r.u64();
-            m.wait_ms = r.u32();
+            m.round = r.le<uint64_t>();
+            m.wait_ms = r.le<uint32_t>();
             break;
         case GesMsgType::Edges: {
-            m.round = r.u64();
-            m.worker = r.u16();
-            m.flags = r.u8();
-            const uint8_t reserved2 = r.u8();
-            const uint16_t count = r.u16();
+            m.round = r.le<uint64_t>();
+            m.worker = r.le<uint16_t>();
+            m.flags = r.le<uint8_t>();
+            const uint8_t reserved2 = r.le<uint8_t>();
+            const uint16_t count = r.le<uint16_t>();
             if (!r.ok()) return GesWireError::Truncated;
             if (reserved2 != 0) return GesWireError::BadReserved;
             if (count > kMaxEdgeEntries) return GesWireError::BadCount;
@@ -517,10 +474,10 @@ GesWireError decode_ges_message(const uint8_t* in, size_t len, GesMessage* out) 
                 WaitForEdge e;
                 e.waiter = read_owner(r);
                 e.holder = read_owner(r);
-                e.master = r.u16();
-                e.request_id = r.u64();
-                e.since = static_cast<int64_t>(r.u64());
-                e.order = r.u64();
+                e.master = r.le<uint16_t>();
+                e.request_id = r.le<uint64_t>();
+                e.since = static_cast<int64_t>(r.le<uint64_t>());
+                e.order = r.le<uint64_t>();
                 if (!read_resource(r, &e.resource, &err)) return err;
                 if (GesWireError ee = check_edge(e); ee != GesWireError::None) return ee;
                 m.edges.push_back(e);

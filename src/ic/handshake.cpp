@@ -17,6 +17,8 @@
 #include <stdexcept>
 #include <system_error>
 
+#include "ic/codec.hpp"
+
 namespace pgrac::ic {
 namespace {
 
@@ -30,84 +32,7 @@ constexpr size_t kMaxRejectDetail = 255;  // u8 length prefix
 constexpr size_t kMinKeyBytes = 16;
 constexpr off_t kMaxKeyFileBytes = 4096;  // a key file, not an arbitrary file
 
-// ---- little-endian encoding
-
-template <typename T>
-void put_le(std::vector<uint8_t>& b, T v) {
-    for (size_t i = 0; i < sizeof(T); ++i)
-        b.push_back(static_cast<uint8_t>(uint64_t{v} >> (8 * i)));
-}
-
-void put_string(std::vector<uint8_t>& b, const std::string& s) {
-    put_le<uint8_t>(b, static_cast<uint8_t>(s.size()));
-    b.insert(b.end(), s.begin(), s.end());
-}
-
-// Reads fields in order; the first problem is kept as a phrase for the error text.
-class Reader {
-  public:
-    Reader(const uint8_t* p, size_t n) : p_(p), n_(n) {}
-
-    template <typename T>
-    bool le(T* v, const char* field) {
-        if (!take(sizeof(T), field)) return false;
-        uint64_t x = 0;
-        for (size_t i = 0; i < sizeof(T); ++i) x |= uint64_t{p_[pos_ + i]} << (8 * i);
-        *v = static_cast<T>(x);
-        pos_ += sizeof(T);
-        return true;
-    }
-
-    bool bytes(uint8_t* dst, size_t n, const char* field) {
-        if (!take(n, field)) return false;
-        std::memcpy(dst, p_ + pos_, n);
-        pos_ += n;
-        return true;
-    }
-
-    bool string(std::string* s, size_t max, const char* field) {
-        uint8_t len = 0;
-        if (!le(&len, field)) return false;
-        if (len > max) {
-            error_ = std::string("the ") + field + " is " + std::to_string(len) +
-                     " bytes long, at most " + std::to_string(max) + " are allowed";
-            return false;
-        }
-        if (!take(len, field)) return false;
-        s->assign(reinterpret_cast<const char*>(p_ + pos_), len);
-        pos_ += len;
-        return true;
-    }
-
-    // True when every field was read and nothing follows the last one.
-    bool finish() {
-        if (!error_.empty()) return false;
-        if (pos_ != n_) {
-            error_ = std::to_string(n_ - pos_) + " unexpected bytes follow the last field";
-            return false;
-        }
-        return true;
-    }
-
-    const std::string& error() const { return error_; }
-
-  private:
-    bool take(size_t n, const char* field) {
-        if (!error_.empty()) return false;
-        if (n > n_ - pos_) {
-            error_ = "the payload (" + std::to_string(n_) + " bytes) ends inside the " + field;
-            return false;
-        }
-        return true;
-    }
-
-    const uint8_t* p_;
-    size_t n_;
-    size_t pos_ = 0;
-    std::string error_;
-};
-
-// ---- payloads (docs/protocol.md, "Handshake")
+// ---- payloads (docs/protocol.md, "Handshake"); ic/codec.hpp encodes them
 
 struct Hello {
     uint8_t min_version = 0;
@@ -117,74 +42,81 @@ struct Hello {
     uint16_t node_id = 0;
     uint8_t lane = 0;
     Nonce nonce{};
+
+    template <class C, class S>
+    static void fields(C& c, S& s) {
+        c.le(s.min_version, "minimum version");
+        c.le(s.max_version, "maximum version");
+        c.str8(s.cluster, kMaxClusterName, "cluster name");
+        c.le(s.system_id, "system identifier");
+        c.le(s.node_id, "node id");
+        c.le(s.lane, "lane");
+        c.fixed(s.nonce, "nonce");
+    }
 };
 
 struct HelloReply {
     uint8_t version = 0;
     Nonce nonce{};
+
+    template <class C, class S>
+    static void fields(C& c, S& s) {
+        c.le(s.version, "version");
+        c.fixed(s.nonce, "nonce");
+    }
 };
 
 // Auth (dialer) and AuthOk (acceptor) carry the same session fields; AuthOk
-// starts with the acceptor's node id.
+// starts with the acceptor's node id. The body (all but the proof) goes into
+// the transcript; the proof follows it.
 struct Offer {
-    uint16_t node_id = 0;  // AuthOk only
+    bool with_node = false;  // AuthOk: not a field, says which of the two this is
+    uint16_t node_id = 0;
     uint64_t incarnation = 0;
     uint64_t session_id = 0;
     uint32_t last_seq = 0;
     uint32_t max_message = 0;
     uint8_t protection = 0;
     Proof proof{};
+
+    template <class C, class S>
+    static void body(C& c, S& s) {
+        if (s.with_node) c.le(s.node_id, "node id");
+        c.le(s.incarnation, "incarnation");
+        c.le(s.session_id, "session id");
+        c.le(s.last_seq, "last sequence received");
+        c.le(s.max_message, "largest message");
+        c.le(s.protection, "wire protection");
+    }
+    template <class C, class S>
+    static void fields(C& c, S& s) {
+        body(c, s);
+        c.fixed(s.proof, "proof");
+    }
 };
 
-std::vector<uint8_t> encode_hello(const Hello& h) {
-    std::vector<uint8_t> b;
-    put_le(b, h.min_version);
-    put_le(b, h.max_version);
-    put_string(b, h.cluster);
-    put_le(b, h.system_id);
-    put_le(b, h.node_id);
-    put_le(b, h.lane);
-    b.insert(b.end(), h.nonce.begin(), h.nonce.end());
-    return b;
-}
+struct Reject {
+    uint16_t code = 0;
+    std::string detail;
 
-std::vector<uint8_t> encode_hello_reply(const HelloReply& r) {
-    std::vector<uint8_t> b;
-    put_le(b, r.version);
-    b.insert(b.end(), r.nonce.begin(), r.nonce.end());
-    return b;
-}
+    template <class C, class S>
+    static void fields(C& c, S& s) {
+        c.le(s.code, "reason");
+        c.str8(s.detail, kMaxRejectDetail, "detail");
+    }
+};
 
-// Everything but the proof: this part goes into the transcript.
-std::vector<uint8_t> encode_offer_body(const Offer& o, bool with_node) {
+std::vector<uint8_t> encode_offer_body(const Offer& o) {
     std::vector<uint8_t> b;
-    if (with_node) put_le(b, o.node_id);
-    put_le(b, o.incarnation);
-    put_le(b, o.session_id);
-    put_le(b, o.last_seq);
-    put_le(b, o.max_message);
-    put_le(b, o.protection);
-    return b;
-}
-
-std::vector<uint8_t> encode_reject(RejectReason reason, const std::string& detail) {
-    std::vector<uint8_t> b;
-    put_le(b, static_cast<uint16_t>(reason));
-    put_string(b, detail.substr(0, kMaxRejectDetail));
+    codec::Writer w(&b);
+    Offer::body(w, o);
     return b;
 }
 
 // Each parser returns an empty string on success, else what is wrong.
 std::string parse_hello(const uint8_t* p, size_t n, Hello* h) {
-    Reader r(p, n);
-    r.le(&h->min_version, "minimum version");
-    r.le(&h->max_version, "maximum version");
-    r.string(&h->cluster, kMaxClusterName, "cluster name");
-    r.le(&h->system_id, "system identifier");
-    r.le(&h->node_id, "node id");
-    r.le(&h->lane, "lane");
-    r.bytes(h->nonce.data(), h->nonce.size(), "nonce");
-    if (!r.finish()) return r.error();
+    std::string err;
+    if (!codec::decode(p, n, h, &err)) return err;
     if (h->min_version > h->max_version)
         return "the version range " + std::to_string(h->min_version) + " to " +
                std::to_string(h->max_version) + " is empty";
@@ -192,36 +124,27 @@ std::string parse_hello(const uint8_t* p, size_t n, Hello* h) {
 }
 
 std::string parse_hello_reply(const uint8_t* p, size_t n, HelloReply* h) {
-    Reader r(p, n);
-    r.le(&h->version, "version");
-    r.bytes(h->nonce.data(), h->nonce.size(), "nonce");
-    return r.finish() ? std::string() : r.error();
+    std::string err;
+    return codec::decode(p, n, h, &err) ? std::string() : err;
 }
 
 std::string parse_offer(const uint8_t* p, size_t n, bool with_node, Offer* o) {
-    Reader r(p, n);
-    if (with_node) r.le(&o->node_id, "node id");
-    r.le(&o->incarnation, "incarnation");
-    r.le(&o->session_id, "session id");
-    r.le(&o->last_seq, "last sequence received");
-    r.le(&o->max_message, "largest message");
-    r.le(&o->protection, "wire protection");
-    r.bytes(o->proof.data(), o->proof.size(), "proof");
-    if (!r.finish()) return r.error();
+    std::string err;
+    o->with_node = with_node;
+    if (!codec::decode(p, n, o, &err)) return err;
     if (o->protection > kMaxWireProtection)
         return "wire protection " + std::to_string(o->protection) + " is not a known mode";
     return {};
 }
 
 std::string parse_reject(const uint8_t* p, size_t n, RejectReason* reason, std::string* detail) {
-    Reader r(p, n);
-    uint16_t code = 0;
-    r.le(&code, "reason");
-    r.string(detail, kMaxRejectDetail, "detail");
-    if (!r.finish()) return r.error();
-    if (code == 0 || code > kMaxRejectReason)
-        return "reason code " + std::to_string(code) + " is not a known reason";
-    *reason = static_cast<RejectReason>(code);
+    Reject r;
+    std::string err;
+    if (!codec::decode(p, n, &r, &err)) return err;
+    if (r.code == 0 || r.code > kMaxRejectReason)
+        return "reason code " + std::to_string(r.code) + " is not a known reason";
+    *reason = static_cast<RejectReason>(r.code);
+    *detail = std::move(r.detail);
     return {};
 }
 
@@ -373,7 +296,7 @@ std::vector<HandshakeOutput> Handshake::start() {
     h.node_id = local_.node_id;
     h.lane = pending_.lane;
     h.nonce = nonce_d_;
-    transcript_ = encode_hello(h);
+    transcript_ = codec::encode(h);
     emit(&out, FrameType::Hello, transcript_);
     state_ = State::WaitHelloReply;
     return out;
@@ -479,7 +402,7 @@ void Handshake::on_hello(const uint8_t* payload, size_t len, std::vector<Handsha
     HelloReply r;
     r.version = hi;
     r.nonce = nonce_a_;
-    std::vector<uint8_t> reply = encode_hello_reply(r);
+    std::vector<uint8_t> reply = codec::encode(r);
     transcript_.assign(payload, payload + len);
     transcript_.insert(transcript_.end(), reply.begin(), reply.end());
     emit(out, FrameType::HelloReply, std::move(reply));
@@ -511,7 +434,7 @@ void Handshake::on_hello_reply(const uint8_t* payload, size_t len,
     o.max_message = local_.max_message;
     o.protection = static_cast<uint8_t>(local_.protection);
     pending_.offered_session = mine.session_id;
-    std::vector<uint8_t> auth = encode_offer_body(o, false);
+    std::vector<uint8_t> auth = encode_offer_body(o);
     transcript_.insert(transcript_.end(), auth.begin(), auth.end());
     const Proof proof = compute_proof(local_.key, kDialerLabel, transcript_);
     transcript_.insert(transcript_.end(), proof.begin(), proof.end());
@@ -553,7 +476,8 @@ void Handshake::on_auth(const uint8_t* payload, size_t len, std::vector<Handshak
     a.last_seq = mine.last_seq_received;
     a.max_message = local_.max_message;
     a.protection = static_cast<uint8_t>(pending_.protection);
-    std::vector<uint8_t> ok = encode_offer_body(a, true);
+    a.with_node = true;
+    std::vector<uint8_t> ok = encode_offer_body(a);
     transcript_.insert(transcript_.end(), ok.begin(), ok.end());
     const Proof proof = compute_proof(local_.key, kAcceptorLabel, transcript_);
     transcript_.insert(transcript_.end(), proof.begin(), proof.end());
@@ -675,7 +599,9 @@ void Handshake::fail(RejectReason r, std::string text, std::vector<HandshakeOutp
     reason_ = r;
     error_ = std::move(text);
     // An unauthenticated peer learns the reason code and nothing else.
-    emit(out, FrameType::Reject, encode_reject(r, peer_authenticated_ ? error_ : std::string()));
+    emit(out, FrameType::Reject,
+         codec::encode(
+             Reject{static_cast<uint16_t>(r), peer_authenticated_ ? error_ : std::string()}));
 }
 
 std::optional<std::vector<uint8_t>> load_key_file(const std::string& path, std::string* error,

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "ic/atomics.hpp"
+#include "ic/codec.hpp"
 
 namespace pgrac::ic {
 
@@ -12,26 +13,17 @@ namespace {
 
 constexpr int64_t kEpochClockOrigin = 1700000000;  // Unix seconds, 2023-11-14
 
-template <typename T>
-void put_le(uint8_t* p, T v) {
-    for (size_t i = 0; i < sizeof(T); i++)
-        p[i] = static_cast<uint8_t>(static_cast<uint64_t>(v) >> (8 * i));
-}
-template <typename T>
-T get_le(const uint8_t* p) {
-    uint64_t v = 0;
-    for (size_t i = 0; i < sizeof(T); i++) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-    return static_cast<T>(v);
-}
+using codec::load_le;
+using codec::store_le;
 
 void put_view(uint8_t* p, const View& v) {
-    put_le<uint32_t>(p, v.epoch);
-    put_le<uint64_t>(p + 4, v.members);
+    store_le<uint32_t>(p, v.epoch);
+    store_le<uint64_t>(p + 4, v.members);
 }
 View get_view(const uint8_t* p) {
     View v{};
-    v.epoch = get_le<uint32_t>(p);
-    v.members = get_le<uint64_t>(p + 4);
+    v.epoch = load_le<uint32_t>(p);
+    v.members = load_le<uint64_t>(p + 4);
     return v;
 }
 bool view_ok(const View& v, NodeMask configured) {
