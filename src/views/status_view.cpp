@@ -19,7 +19,7 @@ PG_FUNCTION_INFO_V1(pgrac_ic_status_view);
 #include "ic/atomics.hpp"
 #include "shmem.hpp"
 #include "tiers/tier.hpp"
-#include "views/ic_errors.hpp"
+#include "capi/errors.hpp"
 #include "views/srf.hpp"
 
 using namespace pgrac::ic;
