@@ -5,7 +5,7 @@ EXTENSION = pgrac_ic
 MODULE_big = pgrac_ic
 EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" pgrac_ic.control)
 
-GLUE_SRCS = $(wildcard src/*.cpp src/lms/*.cpp src/views/*.cpp)
+GLUE_SRCS = $(wildcard src/*.cpp src/capi/*.cpp src/lms/*.cpp src/views/*.cpp)
 OBJS = $(GLUE_SRCS:.cpp=.o)
 DATA = $(wildcard sql/pgrac_ic--*.sql)
 
@@ -41,7 +41,7 @@ CMAKE_BUILD_TYPE ?= RelWithDebInfo
 # -DPGRAC_BUILD_BENCH=OFF (debian/rules): it needs neither GoogleTest nor
 # Google Benchmark to build.
 PGRAC_CMAKE_FLAGS ?=
-$(OBJS): $(wildcard src/*.hpp src/lms/*.hpp src/views/*.hpp src/ic/*.hpp src/tiers/*.hpp include/pgrac_ic/*.h)
+$(OBJS): $(wildcard src/*.hpp src/capi/*.hpp src/lms/*.hpp src/views/*.hpp src/ic/*.hpp src/tiers/*.hpp include/pgrac_ic/*.h)
 $(shlib): $(CORE_LIB)
 $(CORE_LIB) $(CTL_BIN): core
 .PHONY: core

@@ -48,14 +48,14 @@ CheckResult loopback_check(VerifyReport& r, const VerifyCmd& cmd) {
         return c;
     }
     const tiers::TierDecision d = tiers::decide_tier(r.inv, "auto", false, dev->name);
-    if (d.tier != tiers::Tier::kTier1 && d.tier != tiers::Tier::kTier2) {
+    if (d.tier != tiers::Tier::Tier1 && d.tier != tiers::Tier::Tier2) {
         c.detail = "no usable port on " + dev->name + ": " + d.reason;
         return c;
     }
     LoopbackOptions& o = r.loopback_opts;
     o.device = dev->name;
     o.port = d.port;
-    o.gid_index = d.tier == tiers::Tier::kTier2 ? d.gid_index : -1;
+    o.gid_index = d.tier == tiers::Tier::Tier2 ? d.gid_index : -1;
     o.lat_iters = cmd.iters;
     o.bw_iters = cmd.bw_iters;
     const LoopbackResult lb = run_loopback(o);

@@ -14,8 +14,9 @@ extern "C" {
 #include "ic/handshake.hpp"
 #include "ic/node_list.hpp"
 #include "ic/shared_state.hpp"
+#include "tiers/tier.hpp"
 
-using pgrac::ic::Tier;
+using pgrac::tiers::Tier;
 
 extern "C" {
 int pgrac_tier_requested = static_cast<int>(Tier::Auto);

@@ -2,7 +2,7 @@
 #pragma once
 
 extern "C" {
-extern int pgrac_tier_requested;  // pgrac::ic::Tier
+extern int pgrac_tier_requested;  // pgrac::tiers::Tier
 extern bool pgrac_interconnect_strict;
 extern char* pgrac_cluster_name;
 extern int pgrac_node_id;

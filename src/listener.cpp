@@ -205,7 +205,7 @@ void pgrac_ic_listener_main(Datum) {
     pgrac::glue::publish_transport(shm);  // tier1/tier2: what runs (verbs or the TCP fallback)
     ereport(LOG, (errmsg("pgrac_ic listener started: node %d, tier %s (%s transport), %zu nodes",
                          pgrac_node_id,
-                         pgrac::ic::tier_name(static_cast<pgrac::ic::Tier>(shm->tier_active)),
+                         pgrac::tiers::tier_name(static_cast<pgrac::tiers::Tier>(shm->tier_active)),
                          g_engine->transport_name(), pgrac::glue::configured_nodes().size())));
 
     WaitEventSet* set = CreateWaitEventSet(TopMemoryContext, 3);

@@ -13,7 +13,7 @@ extern "C" {
 #include "tiers/tier_select.hpp"
 #include "verbs_glue.hpp"
 
-using pgrac::ic::Tier;
+using pgrac::tiers::Tier;
 
 namespace pgrac::glue {
 
@@ -32,19 +32,6 @@ struct Decision {
 };
 Decision g_decision;
 
-Tier from_tiers(pgrac::tiers::Tier t) {
-    switch (t) {
-        case pgrac::tiers::Tier::kStub:
-            return Tier::Stub;
-        case pgrac::tiers::Tier::kTier1:
-            return Tier::Tier1;
-        case pgrac::tiers::Tier::kTier2:
-            return Tier::Tier2;
-        default:
-            return Tier::Tier3;
-    }
-}
-
 void copy(char* dst, size_t n, const std::string& s) {
     std::snprintf(dst, n, "%s", s.c_str());
 }
@@ -53,14 +40,14 @@ void decide(Decision& d) {
     const Tier requested = static_cast<Tier>(pgrac_tier_requested);
     pgrac::tiers::SysRoots roots;
     pgrac::tiers::RdmaInventory inv = pgrac::tiers::scan_rdma(roots);
-    pgrac::tiers::TierDecision td =
-        pgrac::tiers::decide_tier(inv, pgrac::ic::tier_name(requested), pgrac_interconnect_strict,
-                                  pgrac_rdma_device ? pgrac_rdma_device : "");
+    pgrac::tiers::TierDecision td = pgrac::tiers::decide_tier(
+        inv, pgrac::tiers::tier_name(requested), pgrac_interconnect_strict,
+        pgrac_rdma_device ? pgrac_rdma_device : "");
     if (!td.ok) {
         copy(d.fatal, sizeof d.fatal, td.error);
         return;
     }
-    d.active = from_tiers(td.tier);
+    d.active = td.tier;
     const std::string reason = td.reason;
     if (d.active == Tier::Tier1 || d.active == Tier::Tier2) {
         // The listener makes the verbs transport on this port (verbs_glue.cpp).
@@ -74,7 +61,7 @@ void decide(Decision& d) {
                   ((requested == Tier::Tier1 || requested == Tier::Tier2) && d.active != requested);
 
     pgrac::tiers::VerifyOptions opts;
-    opts.requested_tier = pgrac::ic::tier_name(requested);
+    opts.requested_tier = pgrac::tiers::tier_name(requested);
     opts.strict = pgrac_interconnect_strict;
     opts.device = pgrac_rdma_device ? pgrac_rdma_device : "";
     opts.query_pfc = false;
@@ -110,7 +97,7 @@ void select_tier() {
     if (requested == Tier::Stub || requested == Tier::Tier3) {
         d.active = requested;
         std::snprintf(d.reason, sizeof d.reason, "cluster.interconnect_tier = %s",
-                      pgrac::ic::tier_name(requested));
+                      pgrac::tiers::tier_name(requested));
         return;
     }
     if (!guarded([&] { decide(d); }, err, sizeof err))
@@ -118,7 +105,7 @@ void select_tier() {
     if (d.fatal[0] != '\0')
         ereport(FATAL, (errcode(ERRCODE_CONFIG_FILE_ERROR),
                         errmsg("pgrac_ic cannot start at cluster.interconnect_tier = %s: %s",
-                               pgrac::ic::tier_name(requested), d.fatal),
+                               pgrac::tiers::tier_name(requested), d.fatal),
                         errhint("Fix the RDMA setup (run \"pgrac_ctl verify rdma\"), or turn "
                                 "cluster.interconnect_strict off to fall back to TCP.")));
     if (d.fell_back)

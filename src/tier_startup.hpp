@@ -2,6 +2,7 @@
 #pragma once
 
 #include "ic/engine.hpp"
+#include "tiers/tier.hpp"
 
 namespace pgrac::glue {
 
@@ -18,7 +19,7 @@ pgrac::ic::TransportFactory transport_factory();
 pgrac::tiers::TcpOptions tcp_options();
 
 // The decision made at postmaster start (inherited by every child).
-pgrac::ic::Tier decided_tier();
+pgrac::tiers::Tier decided_tier();
 const char* decided_reason();
 const char* decided_device();  // tier1/tier2: the RDMA device to use, else ""
 int decided_port();

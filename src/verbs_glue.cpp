@@ -14,7 +14,7 @@ extern "C" {
 #include "verbs_glue.hpp"
 
 using pgrac::ic::IcShared;
-using pgrac::ic::Tier;
+using pgrac::tiers::Tier;
 
 namespace pgrac::glue {
 
@@ -115,7 +115,7 @@ std::unique_ptr<pgrac::tiers::Transport> make_verbs_or_tcp(pgrac::tiers::Transpo
     if (pgrac_interconnect_strict)
         throw std::runtime_error(
             where + " cannot be created: " + err + "; cluster.interconnect_strict is on, so " +
-            pgrac::ic::tier_name(decided_tier()) + " does not fall back to TCP");
+            pgrac::tiers::tier_name(decided_tier()) + " does not fall back to TCP");
     put(g_fallback, where + " cannot be created (" + err + "); running at Tier 3 (TCP)");
     g_fell_back = true;
     return pgrac::tiers::make_tcp_transport(h, tcp_options());

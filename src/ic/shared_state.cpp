@@ -31,22 +31,6 @@ const char* peer_state_name(PeerState s) {
     return "UNKNOWN";
 }
 
-const char* tier_name(Tier t) {
-    switch (t) {
-        case Tier::Auto:
-            return "auto";
-        case Tier::Stub:
-            return "stub";
-        case Tier::Tier1:
-            return "tier1";
-        case Tier::Tier2:
-            return "tier2";
-        case Tier::Tier3:
-            return "tier3";
-    }
-    return "unknown";
-}
-
 size_t shared_size(const SharedSizing& s) {
     size_t n = align_up(sizeof(IcShared));
     n += align_up(ShmRing::bytes_needed(s.outbound_ring_bytes));

@@ -27,9 +27,6 @@ inline constexpr int kMaxLanes = 5;  // control lane + up to 4 bulk paths
 enum class PeerState : uint32_t { Down = 0, Connecting, Up, Disconnecting, Error };
 const char* peer_state_name(PeerState s);  // "DOWN", "CONNECTING", ...
 
-enum class Tier : uint32_t { Auto = 0, Stub, Tier1, Tier2, Tier3 };
-const char* tier_name(Tier t);  // "auto", "stub", "tier1", "tier2", "tier3"
-
 // Per-peer state and counters. Written by the listener (state, wire counters)
 // and by backends (queue accounting, RPC latency).
 struct PeerShared {
@@ -110,8 +107,8 @@ struct IcShared {
     uint32_t my_node_id;
     uint32_t n_lms;
     uint32_t n_slots;
-    uint32_t tier_requested;  // Tier
-    uint32_t tier_active;     // Tier
+    uint32_t tier_requested;  // tiers::Tier
+    uint32_t tier_active;     // tiers::Tier
     char tier_reason[kDescMax];
     uint64_t incarnation;
     uint32_t epoch;           // committed membership epoch (copy of membership's)

@@ -1,6 +1,6 @@
 // Cache Fusion block service (src/lms/block_service.cpp): an LMS handler that
 // ships pages from this instance's buffer pool, and its wire format, shared
-// with the SQL functions in src/views/block_functions.cpp.
+// with the fetch of the C API in src/capi/block_fetch.cpp.
 //
 // Request (kMsgBlockFetch, an RPC), 24 bytes little-endian:
 //   u32 dbOid (0: a shared catalog) | u32 relOid (the pg_class oid)

@@ -151,7 +151,7 @@ CheckResult check_tier(const TierDecision& d) {
             id, name, CheckStatus::kFail, d.error,
             "fix the problems above, or set cluster.interconnect_strict = off to fall back");
     const std::string detail = std::string(tier_name(d.tier)) + ": " + d.reason;
-    const bool rdma = d.tier == Tier::kTier1 || d.tier == Tier::kTier2;
+    const bool rdma = d.tier == Tier::Tier1 || d.tier == Tier::Tier2;
     const bool asked = d.requested == "stub" || d.requested == "tier3";
     const bool exact = d.requested == "auto" || d.requested == tier_name(d.tier);
     if ((rdma && exact) || asked) return make(id, name, CheckStatus::kPass, detail);

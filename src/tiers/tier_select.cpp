@@ -9,7 +9,7 @@ namespace {
 struct Candidate {
     const RdmaDevice* dev = nullptr;
     const RdmaPort* port = nullptr;
-    Tier tier = Tier::kTier3;
+    Tier tier = Tier::Tier3;
 };
 
 std::string port_label(const RdmaDevice& d, const RdmaPort& p) {
@@ -38,18 +38,17 @@ std::string port_problem(const RdmaDevice& d, const RdmaPort& p) {
 std::string describe(const Candidate& c) {
     std::string s = port_label(*c.dev, *c.port) + " is an ACTIVE " +
                     link_layer_name(c.port->link_layer) + " port";
-    if (c.tier == Tier::kTier2)
-        s += " (RoCE v2 GID " + std::to_string(c.port->roce_gid.index) + ")";
+    if (c.tier == Tier::Tier2) s += " (RoCE v2 GID " + std::to_string(c.port->roce_gid.index) + ")";
     return s;
 }
 
 const char* tier_label(Tier t) {
     switch (t) {
-        case Tier::kTier1:
+        case Tier::Tier1:
             return "Tier 1 (InfiniBand verbs)";
-        case Tier::kTier2:
+        case Tier::Tier2:
             return "Tier 2 (RoCE verbs)";
-        case Tier::kTier3:
+        case Tier::Tier3:
             return "Tier 3 (TCP)";
         default:
             return "stub (no network)";
@@ -61,7 +60,7 @@ void take(TierDecision& d, const Candidate& c) {
     d.device = c.dev->name;
     d.port = c.port->num;
     d.link_layer = c.port->link_layer;
-    d.gid_index = c.tier == Tier::kTier2 ? c.port->roce_gid.index : -1;
+    d.gid_index = c.tier == Tier::Tier2 ? c.port->roce_gid.index : -1;
 }
 
 TierDecision decide(const RdmaInventory& inv, const std::string& requested, bool strict,
@@ -69,7 +68,7 @@ TierDecision decide(const RdmaInventory& inv, const std::string& requested, bool
     TierDecision d;
     d.requested = requested;
     if (requested == "stub" || requested == "tier3") {
-        d.tier = requested == "stub" ? Tier::kStub : Tier::kTier3;
+        d.tier = requested == "stub" ? Tier::Stub : Tier::Tier3;
         d.reason = std::string(tier_label(d.tier)) + " was requested";
         return d;
     }
@@ -95,8 +94,8 @@ TierDecision decide(const RdmaInventory& inv, const std::string& requested, bool
                 continue;
             }
             Candidate c{&dev, &p,
-                        p.link_layer == LinkLayer::kInfiniBand ? Tier::kTier1 : Tier::kTier2};
-            Candidate& slot = c.tier == Tier::kTier1 ? best1 : best2;
+                        p.link_layer == LinkLayer::kInfiniBand ? Tier::Tier1 : Tier::Tier2};
+            Candidate& slot = c.tier == Tier::Tier1 ? best1 : best2;
             if (!slot.dev) slot = c;
         }
     }
@@ -135,26 +134,13 @@ TierDecision decide(const RdmaInventory& inv, const std::string& requested, bool
         take(d, c);
         d.reason = missing + "; running at " + tier_label(c.tier);
     } else {
-        d.tier = Tier::kTier3;
-        d.reason = missing + "; running at " + tier_label(Tier::kTier3);
+        d.tier = Tier::Tier3;
+        d.reason = missing + "; running at " + tier_label(Tier::Tier3);
     }
     return d;
 }
 
 }  // namespace
-
-const char* tier_name(Tier t) {
-    switch (t) {
-        case Tier::kStub:
-            return "stub";
-        case Tier::kTier1:
-            return "tier1";
-        case Tier::kTier2:
-            return "tier2";
-        default:
-            return "tier3";
-    }
-}
 
 TierDecision decide_tier(const RdmaInventory& inv, const std::string& requested, bool strict,
                          const std::string& device) {

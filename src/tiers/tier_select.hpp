@@ -5,15 +5,13 @@
 #include <string>
 
 #include "tiers/rdma_detect.hpp"
+#include "tiers/tier.hpp"
 
 namespace pgrac::tiers {
 
-enum class Tier { kStub, kTier1, kTier2, kTier3 };
-const char* tier_name(Tier t);  // "stub", "tier1", "tier2", "tier3"
-
 struct TierDecision {
     bool ok = true;  // false: the start must fail (strict, or a bad request); see error
-    Tier tier = Tier::kTier3;
+    Tier tier = Tier::Tier3;
     std::string requested;  // auto, stub, tier1, tier2, tier3
     std::string reason;     // one sentence: why this tier
     std::string error;      // set when !ok

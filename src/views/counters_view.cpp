@@ -14,11 +14,13 @@ PG_FUNCTION_INFO_V1(pgrac_ic_counters);
 
 #include "ic/atomics.hpp"
 #include "shmem.hpp"
-#include "views/ic_errors.hpp"
+#include "tiers/tier.hpp"
+#include "capi/errors.hpp"
 #include "views/srf.hpp"
 
 using namespace pgrac::ic;
 using pgrac::glue::counter_datum;
+using pgrac::tiers::Tier;
 
 namespace {
 

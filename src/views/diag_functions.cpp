@@ -21,7 +21,7 @@ PG_FUNCTION_INFO_V1(pgrac_ic_stream);
 #include "ic/seq_check.hpp"
 #include "ic/shared_state.hpp"
 #include "shmem.hpp"
-#include "views/ic_errors.hpp"
+#include "capi/errors.hpp"
 
 using namespace pgrac::ic;
 

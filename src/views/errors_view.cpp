@@ -15,7 +15,7 @@ PG_FUNCTION_INFO_V1(pgrac_ic_error_totals);
 #include <cstring>
 
 #include "shmem.hpp"
-#include "views/ic_errors.hpp"
+#include "capi/errors.hpp"
 #include "views/srf.hpp"
 
 using namespace pgrac::ic;

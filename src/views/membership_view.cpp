@@ -20,7 +20,7 @@ PG_FUNCTION_INFO_V1(pgrac_membership_history);
 #include "ic/atomics.hpp"
 #include "ic/membership.hpp"
 #include "shmem.hpp"
-#include "views/ic_errors.hpp"
+#include "capi/errors.hpp"
 #include "views/srf.hpp"
 
 using namespace pgrac::ic;

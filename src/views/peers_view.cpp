@@ -15,11 +15,14 @@ PG_FUNCTION_INFO_V1(pgrac_ic_peers);
 #include "ic/atomics.hpp"
 #include "ic/frame_guard.hpp"
 #include "shmem.hpp"
-#include "views/ic_errors.hpp"
+#include "tiers/tier.hpp"
+#include "capi/errors.hpp"
 #include "views/srf.hpp"
 
 using namespace pgrac::ic;
 using pgrac::glue::counter_datum;
+using pgrac::tiers::Tier;
+using pgrac::tiers::tier_name;
 
 Datum pgrac_ic_peers(PG_FUNCTION_ARGS) {
     constexpr int kColumns = 19;

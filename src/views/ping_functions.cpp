@@ -20,7 +20,7 @@ PG_FUNCTION_INFO_V1(pgrac_ic_bench);
 #include "ic/shared_state.hpp"
 #include "send_path.hpp"
 #include "shmem.hpp"
-#include "views/ic_errors.hpp"
+#include "capi/errors.hpp"
 
 using namespace pgrac::ic;
 

@@ -18,10 +18,13 @@ PG_FUNCTION_INFO_V1(pgrac_ic_status_view);
 #include "guc.hpp"
 #include "ic/atomics.hpp"
 #include "shmem.hpp"
-#include "views/ic_errors.hpp"
+#include "tiers/tier.hpp"
+#include "capi/errors.hpp"
 #include "views/srf.hpp"
 
 using namespace pgrac::ic;
+using pgrac::tiers::Tier;
+using pgrac::tiers::tier_name;
 
 namespace {
 

@@ -724,12 +724,12 @@ TEST(CtlLoopback, RunsOnARealDevice) {
     if (names.empty()) GTEST_SKIP() << "no RDMA device on this machine";
     const auto inv = pgrac::tiers::scan_rdma(pgrac::tiers::SysRoots{});
     const auto d = pgrac::tiers::decide_tier(inv, "auto", false, names[0]);
-    if (d.tier != pgrac::tiers::Tier::kTier1 && d.tier != pgrac::tiers::Tier::kTier2)
+    if (d.tier != pgrac::tiers::Tier::Tier1 && d.tier != pgrac::tiers::Tier::Tier2)
         GTEST_SKIP() << d.reason;
     pgrac::ctl::LoopbackOptions o;
     o.device = d.device;
     o.port = d.port;
-    o.gid_index = d.tier == pgrac::tiers::Tier::kTier2 ? d.gid_index : -1;
+    o.gid_index = d.tier == pgrac::tiers::Tier::Tier2 ? d.gid_index : -1;
     o.lat_iters = 200;
     o.bw_iters = 64;
     const pgrac::ctl::LoopbackResult r = pgrac::ctl::run_loopback(o);

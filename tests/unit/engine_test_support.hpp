@@ -399,7 +399,7 @@ class TestNode {
         mh.epoch = load_relaxed(&shm()->epoch);
         return push(to, flags, mh, body.data(), static_cast<uint32_t>(body.size()));
     }
-    // Arms reply slot `slot` like api.cpp and sends the request. Returns the rpc_id.
+    // Arms reply slot `slot` like src/capi/rpc.cpp and sends the request. Returns the rpc_id.
     uint64_t start_rpc(uint16_t to, uint32_t slot_no, uint32_t route_key,
                        const std::vector<uint8_t>& body, uint16_t flags = 0) {
         ReplySlot* slot = reply_slot(shm(), slot_no);

@@ -51,7 +51,7 @@ TEST(RdmaDetect, NoHca) {
 
     const TierDecision d = decide_tier(inv, "auto", false);
     EXPECT_TRUE(d.ok);
-    EXPECT_EQ(d.tier, Tier::kTier3);
+    EXPECT_EQ(d.tier, Tier::Tier3);
     EXPECT_EQ(d.reason, "No RDMA HCA detected; running at Tier 3 (TCP)");
 
     const TierDecision strict = decide_tier(inv, "auto", true);
@@ -61,7 +61,7 @@ TEST(RdmaDetect, NoHca) {
 
     const TierDecision t1 = decide_tier(inv, "tier1", false);
     EXPECT_TRUE(t1.ok);
-    EXPECT_EQ(t1.tier, Tier::kTier3);
+    EXPECT_EQ(t1.tier, Tier::Tier3);
 
     EXPECT_EQ(statuses("no_hca"), (Expected{{"hca", "FAIL"},
                                             {"vendor", "SKIP"},
@@ -116,7 +116,7 @@ TEST(RdmaDetect, Mlx5InfiniBandGood) {
 
     const TierDecision dec = decide_tier(inv, "auto", true);
     EXPECT_TRUE(dec.ok);
-    EXPECT_EQ(dec.tier, Tier::kTier1);
+    EXPECT_EQ(dec.tier, Tier::Tier1);
     EXPECT_EQ(dec.device, "mlx5_0");
     EXPECT_EQ(dec.port, 1);
     EXPECT_EQ(dec.gid_index, -1);
@@ -155,7 +155,7 @@ TEST(RdmaDetect, Mlx5RoceWrongNuma) {
     EXPECT_EQ(inv.hugepages[1].free, 4);
 
     const TierDecision dec = decide_tier(inv, "auto", false);
-    EXPECT_EQ(dec.tier, Tier::kTier2);
+    EXPECT_EQ(dec.tier, Tier::Tier2);
     EXPECT_EQ(dec.gid_index, 3);
     EXPECT_EQ(dec.link_layer, LinkLayer::kEthernet);
 
@@ -197,7 +197,7 @@ TEST(RdmaDetect, NonMlx5) {
     EXPECT_EQ(d.vendor_id, 0x14e4u);
     EXPECT_EQ(d.ports[0].ecn_rp_mask, -1);
     EXPECT_EQ(dcqcn_state(d.ports[0]), "unknown");
-    EXPECT_EQ(decide_tier(inv, "auto", false).tier, Tier::kTier2);
+    EXPECT_EQ(decide_tier(inv, "auto", false).tier, Tier::Tier2);
 
     EXPECT_EQ(statuses("non_mlx5"), (Expected{{"hca", "PASS"},
                                               {"vendor", "PASS"},
@@ -217,21 +217,21 @@ TEST(RdmaDetect, ExplicitTierRequests) {
     const RdmaInventory ib = scan_rdma(roots_of("mlx5_ib_good"));
     const RdmaInventory roce = scan_rdma(roots_of("mlx5_roce_wrong_numa"));
 
-    EXPECT_EQ(decide_tier(ib, "stub", true).tier, Tier::kStub);
-    EXPECT_EQ(decide_tier(ib, "tier3", true).tier, Tier::kTier3);
-    EXPECT_EQ(decide_tier(ib, "tier1", true).tier, Tier::kTier1);
-    EXPECT_EQ(decide_tier(roce, "tier2", true).tier, Tier::kTier2);
+    EXPECT_EQ(decide_tier(ib, "stub", true).tier, Tier::Stub);
+    EXPECT_EQ(decide_tier(ib, "tier3", true).tier, Tier::Tier3);
+    EXPECT_EQ(decide_tier(ib, "tier1", true).tier, Tier::Tier1);
+    EXPECT_EQ(decide_tier(roce, "tier2", true).tier, Tier::Tier2);
 
     // tier2 asked, only InfiniBand there: runs tier1, or refuses when strict.
     TierDecision d = decide_tier(ib, "tier2", false);
     EXPECT_TRUE(d.ok);
-    EXPECT_EQ(d.tier, Tier::kTier1);
+    EXPECT_EQ(d.tier, Tier::Tier1);
     EXPECT_EQ(d.reason.rfind("tier2 requested but no ACTIVE RoCE port", 0), 0u) << d.reason;
     d = decide_tier(ib, "tier2", true);
     EXPECT_FALSE(d.ok);
 
     d = decide_tier(roce, "tier1", false);
-    EXPECT_EQ(d.tier, Tier::kTier2);
+    EXPECT_EQ(d.tier, Tier::Tier2);
     EXPECT_NE(d.reason.find("running at Tier 2"), std::string::npos);
 
     d = decide_tier(ib, "turbo", false);
@@ -239,7 +239,7 @@ TEST(RdmaDetect, ExplicitTierRequests) {
     EXPECT_NE(d.error.find("unknown interconnect tier 'turbo'"), std::string::npos);
 
     d = decide_tier(ib, "auto", false, "mlx5_9");
-    EXPECT_EQ(d.tier, Tier::kTier3);
+    EXPECT_EQ(d.tier, Tier::Tier3);
     EXPECT_EQ(d.reason, "RDMA device mlx5_9 not found; running at Tier 3 (TCP)");
 }
 
@@ -257,7 +257,7 @@ TEST(RdmaDetect, UnusablePortsGiveTheSpecificReason) {
     dev.ports.push_back(p);
     inv.devices.push_back(dev);
     TierDecision d = decide_tier(inv, "auto", false);
-    EXPECT_EQ(d.tier, Tier::kTier3);
+    EXPECT_EQ(d.tier, Tier::Tier3);
     EXPECT_EQ(d.reason,
               "No usable RDMA port (mlx5_1 port 1 is INIT (no subnet manager has configured it)); "
               "running at Tier 3 (TCP)");
@@ -272,14 +272,14 @@ TEST(RdmaDetect, UnusablePortsGiveTheSpecificReason) {
     e.roce_gid.index = 0;
     e.roce_gid.type = "IB/RoCE v1";
     d = decide_tier(inv, "auto", false);
-    EXPECT_EQ(d.tier, Tier::kTier3);
+    EXPECT_EQ(d.tier, Tier::Tier3);
     EXPECT_NE(d.reason.find("has no RoCE v2 GID"), std::string::npos) << d.reason;
 
     e.roce_gid.type = "RoCE v2";
-    EXPECT_EQ(decide_tier(inv, "auto", false).tier, Tier::kTier2);
+    EXPECT_EQ(decide_tier(inv, "auto", false).tier, Tier::Tier2);
     inv.devices[0].uverbs.clear();
     d = decide_tier(inv, "auto", false);
-    EXPECT_EQ(d.tier, Tier::kTier3);
+    EXPECT_EQ(d.tier, Tier::Tier3);
     EXPECT_NE(d.reason.find("ib_uverbs"), std::string::npos);
 
     inv.devices[0].uverbs = "uverbs1";

@@ -6,7 +6,7 @@
 // reserved (reply_pool.hpp), byte for byte, and one longer than that space is
 // cut there with its full length kept (the requester reports it as
 // PGRAC_IC_REPLY_TOO_BIG) without touching anyone else's chunk.
-// The owner's side follows api.cpp (arm: generation + 1, rpc_id, Waiting;
+// The owner's side follows src/capi/rpc.cpp (arm: generation + 1, rpc_id, Waiting;
 // give up: Waiting -> Idle).
 #include <gtest/gtest.h>
 
@@ -51,7 +51,7 @@ constexpr uint32_t st(SlotState s) {
     return static_cast<uint32_t>(s);
 }
 
-// Arms the slot for its next RPC as api.cpp does; returns the rpc_id.
+// Arms the slot for its next RPC as src/capi/rpc.cpp does; returns the rpc_id.
 uint64_t arm(ReplySlot* slot, uint32_t slot_no = kSlotNo) {
     const uint32_t gen = slot->generation + 1;
     slot->generation = gen;
@@ -61,7 +61,7 @@ uint64_t arm(ReplySlot* slot, uint32_t slot_no = kSlotNo) {
     return rpc_id;
 }
 
-// The requester gives up: Waiting -> Idle (api.cpp give_up).
+// The requester gives up: Waiting -> Idle (src/capi/rpc.cpp give_up).
 bool give_up(ReplySlot* slot) {
     uint32_t expected = st(SlotState::Waiting);
     return compare_exchange(&slot->state, &expected, st(SlotState::Idle));
@@ -253,7 +253,7 @@ TEST(ReplySlotRace, RearmedSlotNeverTakesAnOlderGenerationsReply) {
     uint32_t rounds = 0;
     while (std::chrono::steady_clock::now() < deadline && rounds < 2000000) {
         rounds++;
-        // Disarm as api.cpp does: give up (Waiting -> Idle), or wait out a
+        // Disarm as src/capi/rpc.cpp does: give up (Waiting -> Idle), or wait out a
         // reply being written (Filling) and take it (Done -> Idle).
         for (;;) {
             uint32_t expected = st(SlotState::Waiting);

@@ -1,6 +1,9 @@
-// The public C API (include/pgrac_ic/pgrac_ic.h) for backends and workers.
-// Written without C++ objects that have destructors: CHECK_FOR_INTERRUPTS()
-// may longjmp out of the wait loops.
+// pgrac_ic_rpc (include/pgrac_ic/pgrac_ic.h): a request and its reply, for
+// backends and workers. The caller's reply slot is armed, reply pool space
+// reserved, the request queued (src/send_path.hpp), and the reply waited for
+// by polling, then on the latch, up to the timeout. Written without C++
+// objects that have destructors: CHECK_FOR_INTERRUPTS() may longjmp out of
+// the wait loops.
 extern "C" {
 #include "postgres.h"
 
@@ -26,22 +29,6 @@ extern "C" {
 using namespace pgrac::ic;
 
 namespace {
-
-const char* const kStatusText[PGRAC_IC_STATUS_COUNT] = {
-    "ok",
-    "timed out waiting for the reply",
-    "unknown node (not in cluster.nodes)",
-    "peer unreachable",
-    "send queue full",
-    "message too large",
-    "peer restarted while the request was in flight",
-    "no handler for the message type on the peer",
-    "the peer's handler raised an error",
-    "reply larger than the buffer",
-    "the interconnect listener is not running",
-    "invalid argument",
-    "the peer asked to back off",
-};
 
 // How long this backend polls for a reply before sleeping (learned).
 AdaptiveSpin g_rpc_spin;
@@ -103,39 +90,6 @@ int reserve_reply_space(IcShared* shm, ReplySlot* slot, int node, uint32_t reply
 }  // namespace
 
 extern "C" {
-
-const char* pgrac_ic_strerror(int status) {
-    if (status < 0 || status >= PGRAC_IC_STATUS_COUNT) return "unknown status";
-    return kStatusText[status];
-}
-
-int pgrac_ic_my_node_id(void) {
-    return pgrac_node_id;
-}
-
-int pgrac_ic_send(int node, uint16_t msg_type, uint32_t route_key, const void* body, uint32_t len,
-                  int flags, int timeout_ms) {
-    if (msg_type == 0 || msg_type > PGRAC_IC_MAX_MSG_TYPE || (len > 0 && body == nullptr))
-        return PGRAC_IC_BAD_ARGUMENT;
-    IcShared* shm = pgrac::glue::shared();
-    MessageHeader mh;
-    mh.msg_type = msg_type;
-    mh.route_key = route_key;
-    mh.epoch = shm ? load_relaxed(&shm->epoch) : 0;
-    const uint16_t fflags = (flags & PGRAC_IC_CONTROL) ? kFlagControlLane : 0;
-    return pgrac::glue::enqueue_message(node, fflags, mh, body, len, flags, timeout_ms);
-}
-
-int pgrac_ic_broadcast(uint16_t msg_type, uint32_t route_key, const void* body, uint32_t len,
-                       int flags, int timeout_ms) {
-    int first_failure = PGRAC_IC_OK;
-    for (const NodeAddress& n : pgrac::glue::configured_nodes()) {
-        if (n.node_id == pgrac_node_id) continue;
-        int rc = pgrac_ic_send(n.node_id, msg_type, route_key, body, len, flags, timeout_ms);
-        if (rc != PGRAC_IC_OK && first_failure == PGRAC_IC_OK) first_failure = rc;
-    }
-    return first_failure;
-}
 
 int pgrac_ic_rpc(int node, uint16_t msg_type, uint32_t route_key, const void* body, uint32_t len,
                  void* reply_buf, uint32_t reply_cap, uint32_t* reply_len, int flags,

@@ -1,4 +1,6 @@
-// Turning interconnect statuses into PostgreSQL errors for SQL callers.
+// Interconnect statuses (pgrac_ic_status) as text, pgrac_ic_strerror(), and as the
+// PostgreSQL errors that report them to SQL callers and to the C API's lock and
+// block functions.
 #pragma once
 
 #include <cstdint>

@@ -6,9 +6,34 @@ extern "C" {
 #include "ic/atomics.hpp"
 #include "send_path.hpp"
 #include "shmem.hpp"
-#include "views/ic_errors.hpp"
+#include "capi/errors.hpp"
 
 using namespace pgrac::ic;
+
+namespace {
+
+const char* const kStatusText[PGRAC_IC_STATUS_COUNT] = {
+    "ok",
+    "timed out waiting for the reply",
+    "unknown node (not in cluster.nodes)",
+    "peer unreachable",
+    "send queue full",
+    "message too large",
+    "peer restarted while the request was in flight",
+    "no handler for the message type on the peer",
+    "the peer's handler raised an error",
+    "reply larger than the buffer",
+    "the interconnect listener is not running",
+    "invalid argument",
+    "the peer asked to back off",
+};
+
+}  // namespace
+
+extern "C" const char* pgrac_ic_strerror(int status) {
+    if (status < 0 || status >= PGRAC_IC_STATUS_COUNT) return "unknown status";
+    return kStatusText[status];
+}
 
 namespace pgrac::glue {
 
