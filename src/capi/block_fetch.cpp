@@ -23,7 +23,7 @@ void copy_entry(void* arg, const uint8_t* e, int64_t i) {
     const IntoPages* into = static_cast<const IntoPages*>(arg);
     std::memcpy(static_cast<uint8_t*>(into->pages) + static_cast<size_t>(i) * kBlockSize,
                 e + kBlockEntryHeader, kBlockSize);
-    if (into->lsns != nullptr) into->lsns[i] = get_u64(e + 4);
+    if (into->lsns != nullptr) into->lsns[i] = entry_header(e).lsn;
 }
 
 }  // namespace
@@ -39,13 +39,15 @@ uint8_t* block_fetch_rpc(int node, const BlockRequest& rq, uint32_t* nblocks, ui
     const int rc = pgrac_ic_rpc(node, kMsgBlockFetch, block_route_key(rq), req, sizeof req, buf,
                                 Min(cap, PGRAC_IC_MAX_MESSAGE), &len, 0, -1);
     if (rc != PGRAC_IC_OK) raise_status(rc, node, "block fetch", buf, len);
-    const uint32_t n = len >= kBlockReplyHeader ? get_u16(buf + 4) : 0;
-    if (len < kBlockReplyHeader || n < 1 || n > rq.count ||
+    BlockReplyHeader h;
+    const bool header_ok = ic::codec::decode(buf, Min(len, kBlockReplyHeader), &h);
+    const uint32_t n = h.count;
+    if (!header_ok || n < 1 || n > rq.count ||
         len != kBlockReplyHeader + n * (kBlockEntryHeader + kBlockSize) ||
-        get_u32(buf + kBlockReplyHeader) != rq.first)
+        entry_header(buf + kBlockReplyHeader).blkno != rq.first)
         ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
                         errmsg("malformed block reply of %u bytes from node %d", len, node)));
-    *nblocks = get_u32(buf);
+    *nblocks = h.nblocks;
     *count = n;
     return buf;
 }

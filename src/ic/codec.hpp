@@ -12,8 +12,9 @@
 //         c.fixed(s.nonce, "nonce");
 //     }
 //
-// and that one list encodes the record (S = const Record, C = Writer) and
-// decodes it (S = Record, C = Reader): the two can never disagree. A Reader
+// and that one list encodes the record (S = const Record, C = Writer or
+// FixedWriter) and decodes it (S = Record, C = Reader): the two can never
+// disagree. A Reader
 // checks every length against what is left, keeps the first problem as a
 // phrase naming the field, and then reads nothing more.
 #pragma once
@@ -76,8 +77,39 @@ class Writer {
     std::vector<uint8_t>* out_;
 };
 
+// Writes fields into a fixed buffer; never allocates, so it may live in a
+// PostgreSQL frame. What does not fit is not written and makes ok() false.
+class FixedWriter {
+  public:
+    FixedWriter(uint8_t* p, size_t cap) : p_(p), cap_(cap) {}
+
+    template <typename T>
+    void le(const T& v, const char* = nullptr) {
+        if (room(sizeof(T))) store_le(p_ + pos_, v);
+        pos_ += sizeof(T);
+    }
+    template <size_t N>
+    void fixed(const std::array<uint8_t, N>& a, const char* = nullptr) {
+        bytes(a.data(), N);
+    }
+    void bytes(const uint8_t* p, size_t n) {
+        if (room(n) && n > 0) std::memcpy(p_ + pos_, p, n);
+        pos_ += n;
+    }
+    bool ok() const { return pos_ <= cap_; }
+    size_t size() const { return pos_; }
+
+  private:
+    bool room(size_t n) const { return pos_ <= cap_ && n <= cap_ - pos_; }
+    uint8_t* p_;
+    size_t cap_;
+    size_t pos_ = 0;
+};
+
 // Reads fields in order from a bounded buffer. After the first problem every
-// read fails and leaves its destination as it was.
+// read fails and leaves its destination as it was. It keeps the problem as
+// plain values (no allocation, trivially destructible: it may live in a
+// PostgreSQL frame) and phrases it only when error() is asked.
 class Reader {
   public:
     Reader(const uint8_t* p, size_t n) : p_(p), n_(n) {}
@@ -106,8 +138,7 @@ class Reader {
         uint8_t len = 0;
         if (!le(len, field)) return false;
         if (len > max) {
-            fail(std::string("the ") + field + " is " + std::to_string(len) +
-                 " bytes long, at most " + std::to_string(max) + " are allowed");
+            set(Problem::TooLong, field, len, max);
             return false;
         }
         const uint8_t* b = bytes(len, field);
@@ -122,29 +153,49 @@ class Reader {
         pos_ += n;
         return b;
     }
-    // Marks the input bad with a phrase of the caller's (a value out of range).
-    void fail(std::string why) {
-        if (error_.empty()) error_ = std::move(why);
-    }
+    // Marks the input bad with the caller's phrase (a string literal: a value
+    // out of range), unless it is bad already.
+    void fail(const char* phrase) { set(Problem::Caller, phrase, 0, 0); }
     // True when every field was read and nothing follows the last one.
     bool finish() {
-        if (!error_.empty()) return false;
-        if (pos_ != n_) {
-            error_ = std::to_string(n_ - pos_) + " unexpected bytes follow the last field";
-            return false;
-        }
-        return true;
+        if (problem_ == Problem::None && pos_ != n_) set(Problem::Trailing, "", n_ - pos_, 0);
+        return problem_ == Problem::None;
     }
-    bool ok() const { return error_.empty(); }
+    bool ok() const { return problem_ == Problem::None; }
     bool at_end() const { return pos_ == n_; }
     size_t remaining() const { return n_ - pos_; }
-    const std::string& error() const { return error_; }
+    // The first problem as a phrase, or empty.
+    std::string error() const {
+        switch (problem_) {
+            case Problem::None:
+                return {};
+            case Problem::Short:
+                return "the payload (" + std::to_string(n_) + " bytes) ends inside the " + what_;
+            case Problem::TooLong:
+                return std::string("the ") + what_ + " is " + std::to_string(a_) +
+                       " bytes long, at most " + std::to_string(b_) + " are allowed";
+            case Problem::Trailing:
+                return std::to_string(a_) + " unexpected bytes follow the last field";
+            case Problem::Caller:
+                return what_;
+        }
+        return {};
+    }
 
   private:
+    enum class Problem : uint8_t { None, Short, TooLong, Trailing, Caller };
+
+    void set(Problem p, const char* what, size_t a, size_t b) {
+        if (problem_ != Problem::None) return;
+        problem_ = p;
+        what_ = what;
+        a_ = a;
+        b_ = b;
+    }
     bool take(size_t n, const char* field) {
-        if (!error_.empty()) return false;
+        if (problem_ != Problem::None) return false;
         if (n > n_ - pos_) {
-            error_ = "the payload (" + std::to_string(n_) + " bytes) ends inside the " + field;
+            set(Problem::Short, field, 0, 0);
             return false;
         }
         return true;
@@ -153,7 +204,9 @@ class Reader {
     const uint8_t* p_;
     size_t n_;
     size_t pos_ = 0;
-    std::string error_;
+    Problem problem_ = Problem::None;
+    const char* what_ = "";
+    size_t a_ = 0, b_ = 0;
 };
 
 // A record with a fields() list, appended to out.
@@ -170,8 +223,24 @@ std::vector<uint8_t> encode(const R& r) {
     return b;
 }
 
-// Decodes a whole buffer into r; on failure returns false with the phrase in
-// *error (r may be partly filled).
+// A record with a fields() list into out[0..cap): the bytes written, or 0 if
+// it does not fit. Never allocates.
+template <typename R>
+size_t encode_to(const R& r, uint8_t* out, size_t cap) {
+    FixedWriter w(out, cap);
+    R::fields(w, r);
+    return w.ok() ? w.size() : 0;
+}
+
+// Decodes a whole buffer into r (which may be partly filled on failure).
+// Without error text it never allocates for records of fixed-size fields.
+template <typename R>
+bool decode(const uint8_t* p, size_t n, R* r) {
+    Reader rd(p, n);
+    R::fields(rd, *r);
+    return rd.finish();
+}
+
 template <typename R>
 bool decode(const uint8_t* p, size_t n, R* r, std::string* error) {
     Reader rd(p, n);

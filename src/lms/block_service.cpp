@@ -41,9 +41,10 @@ namespace {
 ResourceOwner g_owner = nullptr;
 
 __attribute__((noinline)) void write_header(uint8_t* out, uint32_t nblocks, uint32_t n) {
-    put_u32(out, nblocks);
-    put_u16(out + 4, static_cast<uint16_t>(n));
-    put_u16(out + 6, 0);
+    BlockReplyHeader h;
+    h.nblocks = nblocks;
+    h.count = static_cast<uint16_t>(n);
+    ic::codec::encode_to(h, out, kBlockReplyHeader);
 }
 
 // Pins, share-locks, copies and releases each block in turn.
@@ -66,8 +67,7 @@ __attribute__((noinline)) void copy_blocks(RelFileNode rnode, ForkNumber forknum
         const XLogRecPtr lsn = BufferGetLSNAtomic(buf);
         UnlockReleaseBuffer(buf);
         PageSetLSN(reinterpret_cast<Page>(p + kBlockEntryHeader), lsn);
-        put_u32(p, first + i);
-        put_u64(p + 4, lsn);
+        ic::codec::encode_to(BlockEntryHeader{first + i, lsn}, p, kBlockEntryHeader);
         p += kBlockEntryHeader + BLCKSZ;
     }
 }
@@ -77,19 +77,20 @@ int serve_blocks(Oid db, Oid relid, RelFileNode rnode, ForkNumber forknum, Block
 
 int block_fetch_handler(const pgrac_ic_message* msg, pgrac_ic_reply* reply) {
     if (reply == nullptr) return PGRAC_IC_OK;
-    const uint8_t* b = static_cast<const uint8_t*>(msg->body);
-    if (msg->len != kBlockRequestSize || b[17] != 0)
+    BlockRequest rq;  // fixed-size fields: decoding allocates nothing
+    if (!ic::codec::decode(static_cast<const uint8_t*>(msg->body), msg->len, &rq) ||
+        rq.reserved != 0)
         ereport(ERROR, (errcode(ERRCODE_PROTOCOL_VIOLATION),
                         errmsg("malformed block request of %u bytes", msg->len)));
-    const Oid db = get_u32(b);
-    const Oid relid = get_u32(b + 4);
+    const Oid db = rq.db;
+    const Oid relid = rq.relid;
     RelFileNode rnode;
-    rnode.spcNode = get_u32(b + 8);
+    rnode.spcNode = rq.spc;
     rnode.dbNode = db;
-    rnode.relNode = get_u32(b + 12);
-    const int fork = b[16];
-    const uint32_t count = get_u16(b + 18);
-    const BlockNumber first = get_u32(b + 20);
+    rnode.relNode = rq.rel;
+    const int fork = rq.fork;
+    const uint32_t count = rq.count;
+    const BlockNumber first = rq.first;
     if (fork > MAX_FORKNUM || count < 1 || count > kMaxBlocksPerReply || !OidIsValid(relid))
         ereport(ERROR, (errcode(ERRCODE_PROTOCOL_VIOLATION),
                         errmsg("block request with relation %u, fork %d and count %u is out of "

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 
+#include "ic/codec.hpp"
 #include "pgrac_ic/pgrac_ic.h"
 
 namespace pgrac::glue {
@@ -30,46 +31,60 @@ inline constexpr uint32_t kMaxBlocksPerReply =
     (PGRAC_IC_MAX_MESSAGE - kBlockReplyHeader) / (kBlockEntryHeader + kBlockSize);  // 7
 
 struct BlockRequest {
-    uint32_t db, relid;  // the relation: database (0 if shared) and pg_class oid
-    uint32_t spc, rel;   // its storage: tablespace and relfilenode
-    uint8_t fork;
-    uint16_t count;
-    uint32_t first;
+    uint32_t db = 0, relid = 0;  // the relation: database (0 if shared) and pg_class oid
+    uint32_t spc = 0, rel = 0;   // its storage: tablespace and relfilenode
+    uint8_t fork = 0;
+    uint8_t reserved = 0;  // 0 on the wire
+    uint16_t count = 0;
+    uint32_t first = 0;
+
+    template <class C, class S>
+    static void fields(C& c, S& s) {
+        c.le(s.db, "database");
+        c.le(s.relid, "relation");
+        c.le(s.spc, "tablespace");
+        c.le(s.rel, "relfilenode");
+        c.le(s.fork, "fork");
+        c.le(s.reserved, "reserved byte");
+        c.le(s.count, "count");
+        c.le(s.first, "first block");
+    }
 };
 
-inline void put_u16(uint8_t* p, uint16_t v) {
-    p[0] = static_cast<uint8_t>(v);
-    p[1] = static_cast<uint8_t>(v >> 8);
-}
-inline void put_u32(uint8_t* p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-inline void put_u64(uint8_t* p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-inline uint16_t get_u16(const uint8_t* p) {
-    return static_cast<uint16_t>(p[0] | p[1] << 8);
-}
-inline uint32_t get_u32(const uint8_t* p) {
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++) v |= static_cast<uint32_t>(p[i]) << (8 * i);
-    return v;
-}
-inline uint64_t get_u64(const uint8_t* p) {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-    return v;
+// The reply's header and each entry's (before its page image).
+struct BlockReplyHeader {
+    uint32_t nblocks = 0;  // of the fork
+    uint16_t count = 0;
+    uint16_t reserved = 0;
+
+    template <class C, class S>
+    static void fields(C& c, S& s) {
+        c.le(s.nblocks, "fork size");
+        c.le(s.count, "count");
+        c.le(s.reserved, "reserved");
+    }
+};
+
+struct BlockEntryHeader {
+    uint32_t blkno = 0;
+    uint64_t lsn = 0;
+
+    template <class C, class S>
+    static void fields(C& c, S& s) {
+        c.le(s.blkno, "block number");
+        c.le(s.lsn, "page LSN");
+    }
+};
+
+// The header of the entry at e (kBlockEntryHeader bytes are there).
+inline BlockEntryHeader entry_header(const uint8_t* e) {
+    BlockEntryHeader h;
+    ic::codec::decode(e, kBlockEntryHeader, &h);
+    return h;
 }
 
 inline void encode_block_request(const BlockRequest& r, uint8_t out[kBlockRequestSize]) {
-    put_u32(out, r.db);
-    put_u32(out + 4, r.relid);
-    put_u32(out + 8, r.spc);
-    put_u32(out + 12, r.rel);
-    out[16] = r.fork;
-    out[17] = 0;
-    put_u16(out + 18, r.count);
-    put_u32(out + 20, r.first);
+    ic::codec::encode_to(r, out, kBlockRequestSize);
 }
 
 // The route_key of a block request: one relation's blocks spread over the

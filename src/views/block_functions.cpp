@@ -44,7 +44,8 @@ void put_block_row(void* arg, const uint8_t* e, int64_t) {
     bytea* page = static_cast<bytea*>(palloc(VARHDRSZ + kBlockSize));
     SET_VARSIZE(page, VARHDRSZ + kBlockSize);
     std::memcpy(VARDATA(page), e + kBlockEntryHeader, kBlockSize);
-    Datum v[3] = {Int64GetDatum(get_u32(e)), LSNGetDatum(get_u64(e + 4)), PointerGetDatum(page)};
+    const BlockEntryHeader h = entry_header(e);
+    Datum v[3] = {Int64GetDatum(h.blkno), LSNGetDatum(h.lsn), PointerGetDatum(page)};
     bool nulls[3] = {false, false, false};
     tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, v, nulls);
 }

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 using namespace pgrac::ic;
@@ -46,6 +47,16 @@ const std::vector<uint8_t> kSampleBytes = {0x07,        // version
                                            0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,  // -2
                                            0x03, 'a',  'b',  'c',                           // name
                                            0xaa, 0xbb, 0xcc};                               // tag
+
+struct Small {
+    uint32_t a = 0x0a0b0c0d;
+    uint16_t b = 0x0102;
+    template <class C, class S>
+    static void fields(C& c, S& s) {
+        c.le(s.a, "a");
+        c.le(s.b, "b");
+    }
+};
 
 }  // namespace
 
@@ -135,6 +146,23 @@ TEST(Codec, AfterTheFirstProblemNothingIsReadAndTheFirstProblemStays) {
     rd.fail("a later phrase");
     EXPECT_FALSE(rd.ok());
     EXPECT_EQ(rd.error(), "the payload (3 bytes) ends inside the word");
+}
+
+TEST(Codec, FixedWriterWritesTheSameBytesAndRefusesWhatDoesNotFit) {
+    uint8_t out[8] = {};
+    EXPECT_EQ(codec::encode_to(Small{}, out, sizeof out), 6u);
+    EXPECT_EQ(std::vector<uint8_t>(out, out + 6), codec::encode(Small{}));
+    uint8_t tight[5] = {0xee, 0xee, 0xee, 0xee, 0xee};
+    EXPECT_EQ(codec::encode_to(Small{}, tight, sizeof tight), 0u);
+    EXPECT_EQ(tight[4], 0xee);  // b did not fit: not even partly written
+    Small back;
+    back.a = 0;
+    EXPECT_TRUE(codec::decode(out, 6, &back));
+    EXPECT_EQ(back.a, 0x0a0b0c0du);
+    EXPECT_FALSE(codec::decode(out, 5, &back));
+    // The reader keeps no heap state: it may live in a PostgreSQL frame.
+    static_assert(std::is_trivially_destructible_v<codec::Reader>);
+    static_assert(std::is_trivially_destructible_v<codec::FixedWriter>);
 }
 
 TEST(Codec, CallerChecksBecomeTheError) {
