@@ -148,13 +148,7 @@ class Worker {
     uint64_t basts_received() const { return bast_count_; }
 
   private:
-    struct Key {
-        ResourceName resource;
-        Owner owner;
-        bool operator<(const Key& o) const {
-            return resource < o.resource || (resource == o.resource && owner < o.owner);
-        }
-    };
+    using Key = LockKey;
     struct Undo {
         uint64_t request_id;
         LockMode prior;

@@ -236,8 +236,11 @@ class GesCluster {
             for (auto& n : nodes_) {
                 std::deque<FakeHost::Sent>& q = n->host.sent;
                 for (size_t i = 0; i < q.size();) {
-                    if (held.count(n->id) || held.count(q[i].node) || q[i].node < 1 ||
-                        q[i].node > size()) {
+                    if (q[i].node < 1 || q[i].node > size()) {  // no such node
+                        q.erase(q.begin() + static_cast<long>(i));
+                        continue;
+                    }
+                    if (held.count(n->id) || held.count(q[i].node)) {
                         i++;
                         continue;
                     }
@@ -290,20 +293,30 @@ class GesCluster {
         return out;
     }
     // True if no two owners anywhere believe they hold one resource in
-    // conflicting modes, and no master's table has two conflicting grants.
+    // conflicting modes, and every master's table is consistent.
     bool no_conflicting_holders() {
         for (auto& [r, holders] : held_locks())
             for (auto& [a, ma] : holders)
                 for (auto& [b, mb] : holders)
                     if (a < b && !modes_compatible(ma, mb)) return false;
+        return tables_consistent();
+    }
+    // Every master's table has one row per owner and resource, valid modes,
+    // and no two conflicting grants (unless its host was told of a replay
+    // conflict: replayed grants that conflict are kept, and reported).
+    bool tables_consistent() {
         for (auto& n : nodes_) {
+            std::set<std::pair<std::string, std::pair<uint16_t, uint32_t>>> seen;
             std::map<std::string, std::vector<LockMode>> granted;
             for (const LockRow& row : n->worker->snapshot()) {
-                const LockMode held = row.state == LockState::Converting ? row.held_mode
-                                      : row.state == LockState::Granted  ? row.mode
-                                                                         : LockMode::NL;
-                if (held != LockMode::NL) granted[row.resource].push_back(held);
+                if (!lock_mode_valid(static_cast<uint8_t>(row.mode)) ||
+                    !seen.insert({row.resource, {row.owner_node, row.proc}}).second)
+                    return false;
+                if (row.state != LockState::Waiting)
+                    granted[row.resource].push_back(
+                        row.state == LockState::Converting ? row.held_mode : row.mode);
             }
+            if (n->host.counter(WorkerCounter::ReplayConflicts) != 0) continue;
             for (auto& [r, modes] : granted)
                 for (size_t i = 0; i < modes.size(); i++)
                     for (size_t j = i + 1; j < modes.size(); j++)
