@@ -1,38 +1,42 @@
-// libFuzzer target: arbitrary bytes, as a peer could send them, split into
-// GES message bodies (a length byte pair before each), decoded, and every
-// accepted message applied to a LockTable the way the LMS glue would.
+// libFuzzer target: arbitrary bytes, as peers and backends could send them,
+// fed to the real GES worker of node 1 in a 3-node cluster of real workers in
+// memory (tests/unit/ges_worker_support.hpp: each worker over a fake host,
+// messages routed between them as the interconnect would).
+//
+// Input: records of  u8 op | u16 length (little-endian) | body.
+//   op bits 0-1: the handler it arrives at (client, master, reply, deadlock)
+//   op bits 2-3: the authenticated source node (1, 2, 3, or 4: not a member)
+//   op bit  4:   overwrite the body's epoch (bytes 4..7) with the committed one
+//   op bits 5-7: what happens first: nothing; 1 ms and node 1 ticks; 400 ms and
+//                every node ticks (deadlock rounds, the reaper); a new epoch;
+//                a new epoch with node 3 out (or back); node 1's lease lapses;
+//                node 1's LMS worker restarts; node 1's backends stop waiting.
+// A client Request or Convert arms its backend's wait slot, as a backend does.
 //
 // Besides memory errors it checks what must hold for any input: an accepted
-// message re-encodes to exactly the bytes it came from (the encoding is
-// canonical, so nothing in a message goes unchecked), it carries the epoch
-// of its 8-byte version-2 header (bytes 4..7, little-endian) and a token
-// only if it is a Grant, and the table stays consistent: its snapshot has
-// one row per lock, every event names a valid mode, and no owner ever holds
-// two locks on one resource. The messages of the cluster-wide deadlock
-// search feed a DeadlockRound (Edges) and the victim search over the
-// gathered edges: every victim must be one of them.
+// body re-encodes to exactly its bytes (the encoding is canonical, so nothing
+// in a message goes unchecked) and carries the epoch of its header and a
+// token only if it is a Grant; every message a worker sends decodes, and a
+// master or reply message carries an epoch no newer than the sender's
+// committed one; each master's table has one row per owner and resource and,
+// unless a replay conflict was reported, no two conflicting grants; the
+// victims of accepted deadlock-search edges are among them.
 #include <cstdint>
 #include <cstring>
-#include <set>
 #include <utility>
 #include <vector>
 
-#include "ic/ges_lock_table.hpp"
-#include "ic/ges_wire.hpp"
+#include "ges_worker_support.hpp"
 
+using namespace pgrac::ic;
 using namespace pgrac::ic::ges;
+using pgrac::ic::ges::testing::FakeHost;
+using pgrac::ic::ges::testing::GesCluster;
 
 namespace {
 
 void check(bool ok) {
     if (!ok) __builtin_trap();
-}
-
-void check_events(const Events& ev) {
-    for (const Event& e : ev) {
-        check(lock_mode_valid(static_cast<uint8_t>(e.mode)));
-        check(e.owner.node >= 1 && e.owner.node <= 64);
-    }
 }
 
 void check_victims(const std::vector<WaitForEdge>& edges) {
@@ -45,93 +49,107 @@ void check_victims(const std::vector<WaitForEdge>& edges) {
     }
 }
 
-void apply(LockTable& t, DeadlockRound& round, const GesMessage& m, int64_t now) {
-    LockRequest rq;
-    rq.owner = m.owner;
-    rq.resource = m.resource;
-    rq.mode = m.mode;
-    rq.request_id = m.request_id;
-    rq.flags = m.flags;
-    rq.now = now;
-    rq.deadline = m.timeout_ms == 0 ? 0 : now + m.timeout_ms % 16;
-    switch (m.type) {
-        case GesMsgType::Request:
-            check_events(t.request(rq));
-            break;
-        case GesMsgType::Convert:
-            check_events(t.convert(rq));
-            break;
-        case GesMsgType::Release:
-            check_events(t.release(m.owner, m.resource, now));
-            break;
-        case GesMsgType::ReleaseAll:
-            check_events(t.release_all(m.owner, now));
-            break;
-        case GesMsgType::Cancel:
-            check_events(t.cancel(m.owner, m.resource, m.request_id, m.reason, now));
-            break;
-        case GesMsgType::Replay:
-            check_events(t.ingest_replay(m.entries, now));
-            break;
-        case GesMsgType::Grant:
-        case GesMsgType::Bast:
-            check_events(t.expire(now));
-            break;
-        case GesMsgType::Deny:
-            check_events(t.release_node(m.owner.node, now));
-            break;
-        case GesMsgType::WaitHint:
-            check_victims(edges_waiting_at_least(t.wait_for_edges(), now, m.wait_ms % 8));
-            break;
-        case GesMsgType::EdgesRequest:
-            round.start(m.round, {{1, 0}, {2, 0}, {2, 1}, {3, 0}}, now);
-            break;
-        case GesMsgType::Edges: {
-            const uint16_t node = m.edges.empty() ? 1 : m.edges[0].master;
-            round.add(node, m.worker, m.round, (m.flags & kEdgesLast) != 0,
-                      (m.flags & kEdgesIncomplete) != 0, m.edges);
-            check_victims(m.edges);
-            if (round.complete()) {
-                check(round.missing().empty());
-                check_victims(round.edges());
-                round.finish();
-            }
-            break;
+// What every worker queued: well-formed, and in an epoch it has seen.
+void check_outgoing(GesCluster& c) {
+    for (uint16_t n = 1; n <= c.size(); n++) {
+        const uint32_t committed = c.host(n).committed_view().epoch;
+        for (const auto& s : c.host(n).sent) {
+            GesMessage m;
+            check(decode_ges_message(s.body.data(), s.body.size(), &m) == GesWireError::None);
+            if (s.channel != GesChannel::Deadlock) check(m.epoch != 0 && m.epoch <= committed);
         }
     }
+}
+
+// The committed view of every node, and a lease for each.
+void commit(GesCluster& c, uint32_t* epoch, std::vector<uint16_t> members) {
+    ++*epoch;
+    for (uint16_t n = 1; n <= c.size(); n++) c.host(n).set_lease(kLeaseForever);
+    c.commit_view(*epoch, std::move(members));
 }
 
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    LockTable table(1);
-    DeadlockRound round;
+    GesCluster c(3, /*mirror_capacity=*/16);
+    uint32_t epoch = 9;
+    bool three = true;
+    commit(c, &epoch, {1, 2, 3});
+    FakeHost& host = c.host(1);
+
     size_t pos = 0;
-    int64_t now = 0;
-    while (pos + 2 <= size) {
-        const size_t n = std::min<size_t>(data[pos] | (data[pos + 1] << 8), size - pos - 2);
-        const uint8_t* body = data + pos + 2;
-        pos += 2 + n;
+    while (pos + 3 <= size) {
+        const uint8_t op = data[pos];
+        const size_t n = std::min<size_t>(data[pos + 1] | (data[pos + 2] << 8), size - pos - 3);
+        std::vector<uint8_t> body(data + pos + 3, data + pos + 3 + n);
+        pos += 3 + n;
+
+        switch (op >> 5) {
+            case 1:
+                c.advance_ms(1);
+                c.tick(1);
+                break;
+            case 2:
+                c.advance_ms(400);
+                c.tick_all();
+                break;
+            case 3:
+                commit(c, &epoch,
+                       three ? std::vector<uint16_t>{1, 2, 3} : std::vector<uint16_t>{1, 2});
+                break;
+            case 4:
+                three = !three;
+                commit(c, &epoch,
+                       three ? std::vector<uint16_t>{1, 2, 3} : std::vector<uint16_t>{1, 2});
+                break;
+            case 5:
+                host.set_lease(host.now_ms);
+                c.advance_ms(1);
+                c.tick(1);
+                break;
+            case 6:
+                c.node(1).restart(c.now());
+                c.pump();
+                break;
+            case 7:
+                host.waiting.clear();
+                break;
+        }
 
         GesMessage m;
-        if (decode_ges_message(body, n, &m) != GesWireError::None) continue;
-        check(n >= 8 && body[0] == kGesWireVersion);
-        uint32_t epoch = 0;
-        for (int i = 0; i < 4; ++i) epoch |= static_cast<uint32_t>(body[4 + i]) << (8 * i);
-        check(m.epoch == epoch);
-        check(m.type == GesMsgType::Grant || m.token == 0);  // Bast and the rest carry none
-        std::vector<uint8_t> again;
-        check(encode_ges_message(m, &again) == GesWireError::None);
-        check(again.size() == n && std::memcmp(again.data(), body, n) == 0);
-        apply(table, round, m, ++now);
-    }
-    check_events(table.end_replay(++now));
-    check_events(table.detect_deadlocks(now));
+        if (decode_ges_message(body.data(), body.size(), &m) == GesWireError::None) {
+            check(body.size() >= 8 && body[0] == kGesWireVersion);
+            uint32_t e = 0;
+            for (int i = 0; i < 4; ++i) e |= static_cast<uint32_t>(body[4 + i]) << (8 * i);
+            check(m.epoch == e);
+            check(m.type == GesMsgType::Grant || m.token == 0);  // Bast and the rest carry none
+            std::vector<uint8_t> again;
+            check(encode_ges_message(m, &again) == GesWireError::None);
+            check(again == body);
+            if (m.type == GesMsgType::Edges) check_victims(m.edges);
+        }
+        if ((op & 0x10) && body.size() >= 8) {
+            const uint32_t now_epoch = host.committed_view().epoch;
+            for (int i = 0; i < 4; ++i) body[4 + i] = static_cast<uint8_t>(now_epoch >> (8 * i));
+        }
 
-    const std::vector<LockRow> rows = table.snapshot();
-    check(rows.size() == table.lock_count());
-    std::set<std::pair<std::string, std::pair<uint16_t, uint32_t>>> seen;
-    for (const LockRow& r : rows) check(seen.insert({r.resource, {r.owner_node, r.proc}}).second);
-    check(find_deadlock_victims(table.wait_for_edges()).empty());
+        const auto role = static_cast<WorkerRole>(op & 3);
+        const uint16_t src = static_cast<uint16_t>(1 + ((op >> 2) & 3));
+        if (role == WorkerRole::Client && src == 1 &&
+            decode_ges_message(body.data(), body.size(), &m) == GesWireError::None &&
+            (m.type == GesMsgType::Request || m.type == GesMsgType::Convert))
+            host.waiting.insert(m.request_id);
+        check_outgoing(c);
+        c.worker(1).handle(role, src, body.data(), body.size(), c.now());
+        check_outgoing(c);
+        c.pump();
+        check(c.tables_consistent());
+    }
+    // Let every barrier, deadline and deadlock round run out.
+    for (int i = 0; i < 5; i++) {
+        c.advance_ms(400);
+        c.tick_all();
+        check(c.tables_consistent());
+    }
     return 0;
 }

@@ -58,13 +58,7 @@ class ClientRegistry {
                                          const std::vector<uint16_t>& restarted = {}) const;
 
   private:
-    struct Key {
-        ResourceName resource;
-        Owner owner;
-        bool operator<(const Key& o) const {
-            return resource < o.resource || (resource == o.resource && owner < o.owner);
-        }
-    };
+    using Key = LockKey;
     struct Held {
         ReplayEntry entry;
         uint64_t grant_id = 0;  // Converting: the id the held mode was granted under

@@ -30,6 +30,15 @@ struct OwnerHash {
     size_t operator()(Owner o) const { return (static_cast<size_t>(o.node) << 32) ^ o.proc; }
 };
 
+// The key of per-lock maps: (resource, owner), ordered by resource first.
+struct LockKey {
+    ResourceName resource;
+    Owner owner;
+    bool operator<(const LockKey& o) const {
+        return resource < o.resource || (resource == o.resource && owner < o.owner);
+    }
+};
+
 // Values are the wire encoding.
 enum class LockState : uint8_t {
     Granted = 1,     // holds granted_mode
