@@ -45,6 +45,9 @@ def parse(argv):
                    or os.environ.get("RXEVM_IPADDR"),
                    help="tier1/tier2: the RDMA netdev's address every node listens on "
                         "(default $PGRAC_RDMA_ADDR, else $RXEVM_IPADDR)")
+    a.add_argument("--faults", default=None,
+                   help="only these fault kinds, comma-separated (to reproduce one; the "
+                        "summary says so)")
     args = a.parse_args(argv)
     if args.tier != "tier3" and not args.ic_addr:
         a.error("--tier %s needs --ic-addr (the RDMA netdev's address)" % args.tier)
@@ -133,6 +136,14 @@ def run(args):
             else:
                 log("network faults without tc netem: this kernel has no sch_netem "
                     "(iptables loss and drops only)")
+        if args.faults:
+            want = [k for k in args.faults.split(",") if k]
+            unknown = [k for k in want if k not in faults.KINDS]
+            if unknown:
+                raise RuntimeError("--faults: %s not among this run's kinds (%s)"
+                                   % (",".join(unknown), ",".join(faults.KINDS)))
+            faults.KINDS[:] = want
+            log("faults restricted by --faults to: %s" % ", ".join(want))
         cluster.create()
         cluster.start()
         log("cluster up: every node sees %d nodes UP" % args.nodes)
@@ -183,7 +194,8 @@ def run(args):
                 "library": so, "library_start": so_start,
                 "library_end": library.fingerprint(so),
                 "probes": why_not, "probe_pause_s": probes.PAUSE_S,
-                "tier": args.tier, "faults_left_out": left_out, "tier_problems": tier_bad,
+                "tier": args.tier, "faults_left_out": left_out, "faults_only": args.faults,
+                "tier_problems": tier_bad,
                 "peer_timeout_s": cluster.peer_timeout_s}
         write_results(args.results, meta, ops, unfinished, fault_log, hist, probe_records)
         res = check.check(ops, unfinished, fault_log, fenced, args.nodes, args.hung_bound,

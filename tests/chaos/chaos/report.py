@@ -152,6 +152,8 @@ def summary(meta, ops, unfinished, faults, fenced, res, out, violations_file=Non
     p("faults: %d  (%s)" % (len(faults), ", ".join("%s %d" % kv for kv in sorted(by_kind.items()))))
     for f in failed:
         p("  could not inject: %s: %s" % (_fault_text(f), f["error"]))
+    if meta.get("faults_only"):
+        p("  only the kinds chosen by --faults: %s" % meta["faults_only"])
     for kind, why in sorted((meta.get("faults_left_out") or {}).items()):
         p("  SKIPPED at %s: %s: %s" % (tier, kind, why))
     if not meta.get("history_view"):
