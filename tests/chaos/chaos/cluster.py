@@ -1,6 +1,11 @@
 """The test cluster: N PostgreSQL instances, physical copies of one initdb'd data
-directory, each started inside its own network namespace, reached by clients over
-its unix socket (which works across namespaces)."""
+directory, reached by clients over its unix socket.
+
+At tier3 each instance runs inside its own network namespace (the unix socket works
+across namespaces) at 10.77.0.i:7400. At tier1/tier2 (verbs) every instance runs in
+the root namespace on the RDMA netdev's address with a port of its own (IC_PORT + i),
+with cluster.interconnect_strict = on: soft-RoCE's UDP socket lives in the initial
+namespace, so instances in other namespaces could not reach it (tests/chaos/README.md)."""
 
 import os
 import pwd
@@ -25,12 +30,17 @@ synchronous_commit = off
 full_page_writes = off
 log_line_prefix = '%m [%p] %b '
 shared_preload_libraries = 'pgrac_ic'
-cluster.interconnect_tier = tier3
-cluster.heartbeat_interval = 300ms
-cluster.peer_timeout = 3s
 cluster.rpc_timeout = 5s
 cluster.lms_workers = 2
 """
+
+VERBS_TIERS = ("tier1", "tier2")
+
+# (heartbeat_interval, peer_timeout in s) per tier. The verbs tiers run in the soft-RoCE
+# VM under TCG, where one LMS round trip can take a second: a longer peer timeout there
+# keeps a loaded emulator from looking like a dead node. freeze_short stays below the
+# peer timeout and freeze_long above it (faults.py) on both.
+TIMING = {"tier3": ("300ms", 3.0), "verbs": ("500ms", 5.0)}
 
 
 class Instance:
@@ -41,28 +51,35 @@ class Instance:
         self.data = os.path.join(self.dir, "data")
         self.logfile = os.path.join(self.dir, "server.log")
         self.port = PG_PORT_BASE + i
-        self.ns = netns.node_ns(cluster.tag, i)
+        self.ns = None if cluster.verbs else netns.node_ns(cluster.tag, i)
 
     def conf(self):
         c = self.cluster
         return SETTINGS + """
 port = %d
 unix_socket_directories = '%s'
+cluster.interconnect_tier = %s
+cluster.interconnect_strict = %s
+cluster.heartbeat_interval = %s
+cluster.peer_timeout = %ds
 cluster.node_id = %d
 cluster.nodes = '%s'
 cluster.auth_key_file = '%s'
-""" % (self.port, self.dir, self.i, c.nodes_setting(), c.key_file)
+""" % (self.port, self.dir, c.tier, "on" if c.verbs else "off", c.heartbeat,
+       c.peer_timeout_s, self.i, c.nodes_setting(), c.key_file)
 
     def pg_ctl(self, *args, timeout=90):
         return run(as_postgres([self.cluster.pgbin + "/pg_ctl", "-D", self.data, "-l", self.logfile]
-                               + list(args), netns=self.ns), timeout=timeout + 10)
+                               + list(args), netns=self.ns, keep_limits=self.cluster.verbs),
+                   timeout=timeout + 10)
 
     def start(self):
         self.pg_ctl("start", "-w", "-t", "60", timeout=60)
 
     def stop(self):
         run(as_postgres([self.cluster.pgbin + "/pg_ctl", "-D", self.data, "stop", "-m", "immediate",
-                         "-w", "-t", "20"]), timeout=30, check=False, quiet=True)
+                         "-w", "-t", "20"], keep_limits=self.cluster.verbs),
+            timeout=30, check=False, quiet=True)
 
     def postmaster_pid(self):
         try:
@@ -107,19 +124,31 @@ cluster.auth_key_file = '%s'
 
 
 class Cluster:
-    def __init__(self, workdir, tag, n, pgbin):
+    def __init__(self, workdir, tag, n, pgbin, tier="tier3", ic_addr=None):
         self.workdir = workdir
         self.pgbin = pgbin
         self.tag = tag
         self.n = n
+        self.tier = tier
+        self.verbs = tier in VERBS_TIERS
+        if self.verbs and not ic_addr:
+            raise ValueError("%s needs the RDMA netdev's address (--ic-addr)" % tier)
+        self.ic_addr = ic_addr
+        self.heartbeat, self.peer_timeout_s = TIMING["verbs" if self.verbs else "tier3"]
         self.key_file = os.path.join(workdir, "cluster.key")
         self.nodes = [Instance(self, i) for i in range(1, n + 1)]
 
     def node(self, i):
         return self.nodes[i - 1]
 
+    def ic_endpoint(self, i):
+        """(address, port) of node i's interconnect."""
+        if self.verbs:
+            return self.ic_addr, IC_PORT + i
+        return netns.addr(i), IC_PORT
+
     def nodes_setting(self):
-        return ",".join("%d@%s:%d" % (i, netns.addr(i), IC_PORT) for i in range(1, self.n + 1))
+        return ",".join("%d@%s:%d" % ((i,) + self.ic_endpoint(i)) for i in range(1, self.n + 1))
 
     def create(self):
         pw = pwd.getpwnam("postgres")
@@ -133,19 +162,34 @@ class Cluster:
             os.makedirs(node.dir)
             os.chown(node.dir, pw.pw_uid, pw.pw_gid)
         run(as_postgres([self.pgbin + "/initdb", "-D", first.data, "-A", "trust", "-U", "postgres",
-                         "--no-sync"]), timeout=120)
+                         "--no-sync"], keep_limits=self.verbs), timeout=300)
         for node in self.nodes[1:]:
             run(["cp", "-a", first.data, node.data], timeout=60)
         for node in self.nodes:
             with open(os.path.join(node.data, "postgresql.conf"), "a") as f:
                 f.write(node.conf())
 
-    def start(self, up_timeout=60):
+    def start(self, up_timeout=None):
+        if up_timeout is None:
+            up_timeout = 180 if self.verbs else 60
         for node in self.nodes:
             node.start()
         for node in self.nodes:
             node.query("CREATE EXTENSION IF NOT EXISTS pgrac_ic")
         self.wait_all_up(up_timeout)
+
+    def tiers(self):
+        """{node: (tier, tier_requested, strict, tier_reason)} from pg_cluster_rdma_status,
+        or {node: error text} for a node that could not be asked."""
+        out = {}
+        for node in self.nodes:
+            try:
+                rows = node.query("SELECT tier, tier_requested, strict, coalesce(tier_reason, '') "
+                                  "FROM pg_cluster_rdma_status", timeout=15)
+                out[node.i] = tuple(rows[0])
+            except psycopg2.Error as e:
+                out[node.i] = "not asked: %s" % str(e).strip().splitlines()[0]
+        return out
 
     def wait_all_up(self, timeout):
         end = time.time() + timeout

@@ -17,12 +17,38 @@ KINDS = ["listener", "lms", "reset", "freeze_short", "freeze_long", "kill", "par
 NETEM_KIND = "netem"
 
 
+# The faults that need the network of a node of its own (iptables chains in its
+# namespace, TCP connections to kill, a veth for netem), with why they cannot run at
+# the verbs tiers, where every instance shares the root namespace and rxe0.
+_NO_NS = ("needs iptables in a network namespace of the node's own; at %s the nodes share "
+          "the root namespace and one address, and rxe carries their packets inside the "
+          "device, past netfilter (tests/chaos/README.md)")
+NETWORK_KINDS = {
+    "reset": "ss -K kills TCP connections; the verbs tiers have none (rdma_cm, RC queue pairs)",
+    "partition": _NO_NS,
+    "one_way": _NO_NS,
+    "loss": _NO_NS,
+    NETEM_KIND: "needs tc netem on a veth of the node's own; at %s rxe carries the nodes' "
+                "packets inside the device, past every qdisc",
+}
+
+
 def enable_netem():
     if NETEM_KIND not in KINDS:
         KINDS.append(NETEM_KIND)
 
-FREEZE_SHORT_S = 1.0   # shorter than cluster.peer_timeout (3s)
-FREEZE_LONG_S = 5.0    # longer than cluster.peer_timeout
+
+def process_faults_only(tier):
+    """Leaves only the process faults in KINDS (the verbs tiers); returns
+    {kind: why it is left out} for the run's output and summary."""
+    left_out = {k: NETWORK_KINDS[k].replace("%s", tier)
+                for k in KINDS + [NETEM_KIND] if k in NETWORK_KINDS}
+    KINDS[:] = [k for k in KINDS if k not in NETWORK_KINDS]
+    return left_out
+
+
+FREEZE_SHORT_S = 1.0   # shorter than cluster.peer_timeout (3 s at tier3, 5 s at tier2)
+FREEZE_OVER_S = 2.0    # freeze_long lasts cluster.peer_timeout plus this
 PARTITION_S = 6.0
 
 
@@ -70,7 +96,8 @@ def inject(kind, cluster, i, rng):
             f["start"] = time.time()
             f["detail"] = "%d TCP connections killed" % netns.reset_tcp(tag, i)
         elif kind in ("freeze_short", "freeze_long"):
-            secs = FREEZE_SHORT_S if kind == "freeze_short" else FREEZE_LONG_S
+            secs = (FREEZE_SHORT_S if kind == "freeze_short"
+                    else cluster.peer_timeout_s + FREEZE_OVER_S)
             pm = node.postmaster_pid()
             if not pm:
                 raise RuntimeError("no postmaster")

@@ -1,5 +1,10 @@
 """Runs one chaos run: network, cluster, clients, faults, then the check and summary.
 
+--tier tier3 (default): every node in a network namespace of its own, TCP, every fault
+kind. --tier tier2 (the soft-RoCE VM, tests/chaos/in_vm.sh): every node in the root
+namespace on the RDMA netdev's address, verbs (strict), the process faults only; the
+network faults left out are printed with the reason at the start and in the summary.
+
 Called by tests/chaos/run.sh (which makes the work directory and cleans up behind us
 whatever happens); see tests/chaos/README.md."""
 
@@ -33,7 +38,19 @@ def parse(argv):
     a.add_argument("--results", default=None, help="where records and logs are kept")
     a.add_argument("--pgbin", default=PG_BIN,
                    help="PostgreSQL bin directory; its tree's pgrac_ic is the one tested")
+    a.add_argument("--tier", choices=["tier3", "tier2", "tier1"], default="tier3",
+                   help="cluster.interconnect_tier (tier1/tier2: strict, no namespaces, "
+                        "process faults only)")
+    a.add_argument("--ic-addr", default=os.environ.get("PGRAC_RDMA_ADDR")
+                   or os.environ.get("RXEVM_IPADDR"),
+                   help="tier1/tier2: the RDMA netdev's address every node listens on "
+                        "(default $PGRAC_RDMA_ADDR, else $RXEVM_IPADDR)")
+    a.add_argument("--faults", default=None,
+                   help="only these fault kinds, comma-separated (to reproduce one; the "
+                        "summary says so)")
     args = a.parse_args(argv)
+    if args.tier != "tier3" and not args.ic_addr:
+        a.error("--tier %s needs --ic-addr (the RDMA netdev's address)" % args.tier)
     if args.seed is None:
         args.seed = random.SystemRandom().randrange(1, 10 ** 6)
     if args.nodes < 2:
@@ -43,6 +60,27 @@ def parse(argv):
 
 def _on_signal(signum, _frame):
     raise SystemExit(128 + signum)
+
+
+def tier_problems(cluster, when, must_answer=False):
+    """Nodes that run another tier than the run's (pg_cluster_rdma_status), as text
+    lines; logs what each node said, or why it could not be asked (a node that is down
+    is the progress check's business, not this one's)."""
+    bad = []
+    for i, t in sorted(cluster.tiers().items()):
+        if isinstance(t, str):
+            log("node %d %s: tier %s" % (i, when, t))
+            if must_answer:
+                bad.append("node %d %s: tier %s" % (i, when, t))
+            continue
+        tier, requested, strict, reason = t
+        log("node %d %s: tier %s (requested %s%s)%s" % (
+            i, when, tier, requested, ", strict" if strict else "",
+            ": " + reason if reason else ""))
+        if tier != cluster.tier:
+            bad.append("node %d %s: tier %s, not %s%s" % (
+                i, when, tier, cluster.tier, " (%s)" % reason if reason else ""))
+    return bad
 
 
 def write_results(d, meta, ops, unfinished, fault_log, hist, probe_records=None):
@@ -67,28 +105,51 @@ def run(args):
     t0 = time.time()
     set_t0(t0)
     tail = args.progress_bound + 5.0
-    log("seed %d, %d nodes, %d clients per node, %.0f s of load; work dir %s, results %s"
-        % (args.seed, args.nodes, args.clients, args.duration, args.workdir, args.results))
+    log("seed %d, %s, %d nodes, %d clients per node, %.0f s of load; work dir %s, results %s"
+        % (args.seed, args.tier, args.nodes, args.clients, args.duration, args.workdir,
+           args.results))
     rng = random.Random(args.seed)
     so = library.path(args.pgbin)
     so_start = library.fingerprint(so)
     log("pgrac_ic: %s sha256 %s" % (so, so_start))
-    cluster = Cluster(args.workdir, args.tag, args.nodes, args.pgbin)
+    cluster = Cluster(args.workdir, args.tag, args.nodes, args.pgbin, args.tier, args.ic_addr)
     workload = None
     prober = None
     ok = False
+    left_out = {}
     try:
-        netns.setup(args.tag, args.nodes)
-        log("namespaces %s* up (nodes at %s.1..%d)" % (args.tag, netns.SUBNET, args.nodes))
-        if netns.netem_available(args.tag, 1):
-            faults.enable_netem()
-            log("network faults include tc netem (delay, jitter, reordering, loss)")
+        if cluster.verbs:
+            left_out = faults.process_faults_only(args.tier)
+            log("%s: no namespaces; every node in this namespace at %s, ports %d..%d, "
+                "cluster.interconnect_strict = on" % (
+                    args.tier, args.ic_addr, cluster.ic_endpoint(1)[1],
+                    cluster.ic_endpoint(args.nodes)[1]))
+            for kind, why in sorted(left_out.items()):
+                log("SKIP fault %s at %s: %s" % (kind, args.tier, why))
+            log("faults at %s: %s" % (args.tier, ", ".join(faults.KINDS)))
         else:
-            log("network faults without tc netem: this kernel has no sch_netem "
-                "(iptables loss and drops only)")
+            netns.setup(args.tag, args.nodes)
+            log("namespaces %s* up (nodes at %s.1..%d)" % (args.tag, netns.SUBNET, args.nodes))
+            if netns.netem_available(args.tag, 1):
+                faults.enable_netem()
+                log("network faults include tc netem (delay, jitter, reordering, loss)")
+            else:
+                log("network faults without tc netem: this kernel has no sch_netem "
+                    "(iptables loss and drops only)")
+        if args.faults:
+            want = [k for k in args.faults.split(",") if k]
+            unknown = [k for k in want if k not in faults.KINDS]
+            if unknown:
+                raise RuntimeError("--faults: %s not among this run's kinds (%s)"
+                                   % (",".join(unknown), ",".join(faults.KINDS)))
+            faults.KINDS[:] = want
+            log("faults restricted by --faults to: %s" % ", ".join(want))
         cluster.create()
         cluster.start()
         log("cluster up: every node sees %d nodes UP" % args.nodes)
+        bad = tier_problems(cluster, "at the start", must_answer=True)
+        if bad:
+            raise RuntimeError("not every node runs %s: %s" % (args.tier, "; ".join(bad)))
 
         workload = clients.Workload(cluster, args.clients, args.seed)
         why_not = probes.available(cluster)
@@ -120,6 +181,7 @@ def run(args):
                 % (len(probe_records[0]), sum(r["sent"] for r in probe_records[1]),
                    len(probe_records[2])))
 
+        tier_bad = tier_problems(cluster, "at the end")
         available, hist, herr = history.collect(cluster)
         for e in herr:
             log("membership history not read: " + e)
@@ -131,7 +193,10 @@ def run(args):
                 "statement_timeout_ms": clients.STATEMENT_TIMEOUT_MS,
                 "library": so, "library_start": so_start,
                 "library_end": library.fingerprint(so),
-                "probes": why_not, "probe_pause_s": probes.PAUSE_S}
+                "probes": why_not, "probe_pause_s": probes.PAUSE_S,
+                "tier": args.tier, "faults_left_out": left_out, "faults_only": args.faults,
+                "tier_problems": tier_bad,
+                "peer_timeout_s": cluster.peer_timeout_s}
         write_results(args.results, meta, ops, unfinished, fault_log, hist, probe_records)
         res = check.check(ops, unfinished, fault_log, fenced, args.nodes, args.hung_bound,
                           args.progress_bound, run_end)
@@ -148,8 +213,9 @@ def run(args):
         try:
             cluster.destroy(keep_logs_in=args.results)
         finally:
-            netns.teardown(args.tag, args.nodes)
-            log("namespaces removed")
+            if not cluster.verbs:
+                netns.teardown(args.tag, args.nodes)
+                log("namespaces removed")
         if ok and not args.keep:
             shutil.rmtree(args.results, ignore_errors=True)
         else:

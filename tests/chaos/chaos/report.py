@@ -125,8 +125,13 @@ def summary(meta, ops, unfinished, faults, fenced, res, out, violations_file=Non
     grants = collections.Counter(op["node"] for op in ops if op.get("granted_at"))
 
     p("")
-    p("=== pgrac_ic GES chaos summary: seed %s, %d nodes, %d clients per node, %.0f s of load ==="
-      % (meta["seed"], meta["nodes"], meta["clients_per_node"], meta["run_end"] - meta["load_start"]))
+    tier = meta.get("tier", "tier3")
+    p("=== pgrac_ic GES chaos summary: seed %s, %s, %d nodes, %d clients per node, %.0f s of load ==="
+      % (meta["seed"], tier, meta["nodes"], meta["clients_per_node"],
+         meta["run_end"] - meta["load_start"]))
+    tier_bad = meta.get("tier_problems") or []
+    p("tier: %s" % ("; ".join(tier_bad) if tier_bad else
+                    "%s on every node at the start and the end (pg_cluster_rdma_status)" % tier))
     if meta.get("library"):
         p("pgrac_ic: %s sha256 %s" % (meta["library"], meta["library_start"]))
         if meta["library_end"] != meta["library_start"]:
@@ -147,6 +152,10 @@ def summary(meta, ops, unfinished, faults, fenced, res, out, violations_file=Non
     p("faults: %d  (%s)" % (len(faults), ", ".join("%s %d" % kv for kv in sorted(by_kind.items()))))
     for f in failed:
         p("  could not inject: %s: %s" % (_fault_text(f), f["error"]))
+    if meta.get("faults_only"):
+        p("  only the kinds chosen by --faults: %s" % meta["faults_only"])
+    for kind, why in sorted((meta.get("faults_left_out") or {}).items()):
+        p("  SKIPPED at %s: %s: %s" % (tier, kind, why))
     if not meta.get("history_view"):
         p("membership history: view pg_cluster_membership_history not there; no node fenced")
     else:
@@ -204,8 +213,10 @@ def summary(meta, ops, unfinished, faults, fenced, res, out, violations_file=Non
     delivery_reasons = _delivery(meta, delivery, faults, p)
 
     ok_progress = bool(prog) and not lost
-    ok = not vs and not hung and ok_progress and not delivery_reasons
+    ok = not vs and not hung and ok_progress and not delivery_reasons and not tier_bad
     reasons = []
+    if tier_bad:
+        reasons.append("%d nodes not at %s" % (len(tier_bad), tier))
     if vs:
         reasons.append("%d violations" % len(vs))
     if hung:

@@ -2,9 +2,10 @@
 
     cd tests/chaos && PYTHONPATH=. /usr/bin/python3 -m chaos.selftest"""
 
+import io
 import sys
 
-from . import check, delivery
+from . import check, delivery, report
 
 
 def op(node, mode, s, e, res="r", **kw):
@@ -108,6 +109,24 @@ def main():
     good = not p["ok"] and p["late_nodes"] == {2: 20.0}
     failed += not good
     print("%s  late progress is seen: %s" % ("ok  " if good else "FAIL", p["late_nodes"]))
+    # The summary: a fault kind left out is printed as a skip; a node at another tier
+    # than the run's fails the run.
+    ops = [op(1, "EX", 11.0, 11.1), op(2, "EX", 11.2, 11.3)]
+    kill = [fault("kill", 1, 4.0, 10.0, killed_at=4.0)]
+    res = run_check(ops, kill)
+    meta = {"seed": 1, "nodes": 2, "clients_per_node": 1, "load_start": 0.0, "run_end": 100.0,
+            "hung_bound_s": 10.0, "progress_bound_s": 5.0, "history_view": True,
+            "lock_timeout_ms": 2000, "statement_timeout_ms": 5000, "tier": "tier2",
+            "faults_left_out": {"partition": "why"}, "tier_problems": []}
+    for name, bad, want_ok in (("tier2 run passes, its skip printed", [], True),
+                               ("a node at another tier fails", ["node 2 at the end: tier3"],
+                                False)):
+        out = io.StringIO()
+        got = report.summary(dict(meta, tier_problems=bad), ops, [], kill, {}, res, out=out)
+        good = got == want_ok and "SKIPPED at tier2: partition: why" in out.getvalue()
+        failed += not good
+        ran += 1
+        print("%s  %s: %s" % ("ok  " if good else "FAIL", name, "pass" if got else "fail"))
     print("%d passed, %d failed" % (len(list(cases())) + 4 + ran - failed, failed))
     return 1 if failed else 0
 

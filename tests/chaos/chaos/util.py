@@ -45,9 +45,16 @@ def run(cmd, timeout=30, check=True, quiet=False, **kw):
     return p
 
 
-def as_postgres(cmd, netns=None):
-    """argv that runs cmd as the postgres user, inside netns if given."""
-    argv = ["runuser", "-u", "postgres", "--"] + cmd
+def as_postgres(cmd, netns=None, keep_limits=False):
+    """argv that runs cmd as the postgres user, inside netns if given.
+
+    keep_limits: with setpriv instead of runuser, whose PAM session (pam_limits) would
+    reset the locked-memory limit that the verbs tiers' buffer pool needs."""
+    if keep_limits:
+        argv = ["setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups",
+                "env", "HOME=/tmp"] + cmd
+    else:
+        argv = ["runuser", "-u", "postgres", "--"] + cmd
     if netns:
         argv = ["ip", "netns", "exec", netns] + argv
     return argv
