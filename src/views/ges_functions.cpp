@@ -68,7 +68,9 @@ int64 count_live(uint16_t* live) {
     int64 n = 0;
     pgrac::ic::IcShared* shm = pgrac::glue::shared();
     const View v = shm ? committed_view(&shm->membership) : View{};
-    for (uint16_t id : mask_nodes(v.members & ~pgrac::glue::witness_mask())) live[n++] = id;
+    const NodeMask members = v.members & ~pgrac::glue::witness_mask();
+    for (uint16_t id = 1; id <= 64; id++)  // not mask_nodes(): no allocation, no throw here
+        if (has_node(members, id)) live[n++] = id;
     if (n == 0) live[n++] = static_cast<uint16_t>(pgrac_node_id);
     return n;
 }
