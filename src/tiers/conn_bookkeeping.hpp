@@ -1,13 +1,11 @@
 // Connection bookkeeping shared by the connection-oriented tiers (TCP and
 // verbs): reporting ended connections to the handler, connect deadlines, and
-// the error texts of listen() and connect().
+// the error texts of listen() and connect(). Their event loop is event_loop.hpp.
 //
 // A transport keeps its connections as std::unordered_map<ConnId,
 // std::unique_ptr<Conn>>, where Conn has `bool report_pending`, a `state`
 // (an enum with a Connecting value) and a steady_clock `deadline`.
 #pragma once
-
-#include <sys/timerfd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -81,31 +79,6 @@ std::optional<std::chrono::steady_clock::time_point> earliest_connect_deadline(c
         if (c->state == connecting && (!earliest || c->deadline < *earliest))
             earliest = c->deadline;
     return earliest;
-}
-
-// Arms timerfd (CLOCK_MONOTONIC, absolute) at when, or disarms it if there is
-// no when; armed says whether it is.
-inline void arm_deadline_timer(int timerfd, bool& armed,
-                               std::optional<std::chrono::steady_clock::time_point> when) {
-    if (!when && !armed) return;
-    itimerspec spec{};
-    if (when) {
-        // steady_clock is CLOCK_MONOTONIC on Linux; 0 would disarm, so use >= 1 ns.
-        const auto ns = std::max<int64_t>(
-            1,
-            std::chrono::duration_cast<std::chrono::nanoseconds>(when->time_since_epoch()).count());
-        spec.it_value.tv_sec = ns / 1000000000;
-        spec.it_value.tv_nsec = ns % 1000000000;
-    }
-    timerfd_settime(timerfd, TFD_TIMER_ABSTIME, &spec, nullptr);
-    armed = when.has_value();
-}
-
-// Arms timerfd at the earliest deadline of the connections still
-// `connecting`, or disarms it; armed says whether it is.
-template <typename ConnMap, typename State>
-void rearm_connect_timer(int timerfd, bool& armed, const ConnMap& conns, State connecting) {
-    arm_deadline_timer(timerfd, armed, earliest_connect_deadline(conns, connecting));
 }
 
 // The outcome of listen() on every resolved address: true if any is bound,

@@ -5,8 +5,6 @@
 #include <new>
 #include <optional>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
-#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include "tiers/conn_bookkeeping.hpp"
@@ -18,35 +16,18 @@ namespace {
 
 constexpr int kMaxEvents = 64;
 
-void drain_fd(int fd) {
-    uint64_t value;
-    while (read(fd, &value, sizeof value) < 0 && errno == EINTR) {
-    }
-}
-
 }  // namespace
 
 TcpTransport::TcpTransport(TransportHandler& handler, const TcpOptions& opts)
     : handler_(handler),
       opts_(opts),
       max_payload_(std::min(opts.max_payload, ic::kMaxFramePayload)),
-      initial_max_payload_(std::min(opts.initial_max_payload, max_payload_)) {
-    epfd_ = epoll_create1(EPOLL_CLOEXEC);
-    wakefd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    timerfd_ = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-    if (ok() && !(tcp_epoll_add(epfd_, wakefd_, EPOLLIN, kTcpWakeTag) &&
-                  tcp_epoll_add(epfd_, timerfd_, EPOLLIN, kTcpTimerTag))) {
-        ::close(epfd_);
-        epfd_ = -1;
-    }
-}
+      initial_max_payload_(std::min(opts.initial_max_payload, max_payload_)) {}
 
 TcpTransport::~TcpTransport() {
     for (auto& [id, c] : conns_)
         if (c->fd >= 0) ::close(c->fd);
     for (int fd : listeners_) ::close(fd);
-    for (int fd : {epfd_, wakefd_, timerfd_})
-        if (fd >= 0) ::close(fd);
 }
 
 TcpConnection* TcpTransport::find(ConnId id) const {
@@ -65,8 +46,7 @@ bool TcpTransport::listen(const std::string& host, uint16_t port, std::string* e
             listeners_.reserve(listeners_.size() + 1);
             const int fd = open_tcp_listener(a, opts_.sndbuf, opts_.rcvbuf, &this_error);
             // While accepting is paused a new listener joins the others at resume.
-            if (fd >= 0 &&
-                (accept_paused_ || tcp_epoll_add(epfd_, fd, EPOLLIN, tcp_listener_tag(fd)))) {
+            if (fd >= 0 && (accept_paused_ || loop_.add(fd, EPOLLIN, tcp_listener_tag(fd)))) {
                 listeners_.push_back(fd);
                 ++bound;
                 continue;
@@ -129,7 +109,7 @@ bool TcpTransport::start_connect_attempt(TcpConnection& c) {
         do {
             rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&a.addr), a.len);
         } while (rc != 0 && errno == EINTR);
-        if ((rc == 0 || errno == EINPROGRESS) && tcp_epoll_add(epfd_, fd, EPOLLOUT, c.id)) {
+        if ((rc == 0 || errno == EINPROGRESS) && loop_.add(fd, EPOLLOUT, c.id)) {
             c.fd = fd;
             c.epollout = true;
             return true;
@@ -153,10 +133,7 @@ void TcpTransport::finish_connect(TcpConnection& c) {
     }
     c.state = TcpConnState::Open;
     c.addrs.clear();
-    epoll_event ev{};
-    ev.events = c.out.empty() ? EPOLLIN : EPOLLIN | EPOLLOUT;
-    ev.data.u64 = c.id;
-    if (epoll_ctl(epfd_, EPOLL_CTL_MOD, c.fd, &ev) != 0) {
+    if (!loop_.modify(c.fd, c.out.empty() ? EPOLLIN : EPOLLIN | EPOLLOUT, c.id)) {
         end(c, TcpCloseCause::ConnectFailed, errno);
         return;
     }
@@ -172,7 +149,7 @@ void TcpTransport::expire_connects() {
                              [this](TcpConnection& c) { end(c, TcpCloseCause::ConnectTimeout); });
 }
 
-// Arms the timerfd at the earliest connect deadline or the end of an accept
+// Arms the timer at the earliest connect deadline or the end of an accept
 // pause, or disarms it. A connect_timeout_ms <= 0 means no connect timeout of
 // our own (the kernel's applies).
 void TcpTransport::rearm_timer() {
@@ -180,7 +157,7 @@ void TcpTransport::rearm_timer() {
     if (opts_.connect_timeout_ms > 0)
         when = earliest_connect_deadline(conns_, TcpConnState::Connecting);
     if (accept_paused_ && (!when || accept_resume_ < *when)) when = accept_resume_;
-    arm_deadline_timer(timerfd_, timer_armed_, when);
+    loop_.arm_timer(when);
 }
 
 std::string TcpTransport::end_text(const TcpConnection& c) const {
@@ -213,7 +190,7 @@ std::string TcpTransport::end_text(const TcpConnection& c) const {
 // Reports ended connections in ConnId order and forgets them. A connect that
 // never completed gets on_connected(false); everything else gets on_closed.
 void TcpTransport::deliver_reports() {
-    deliver_conn_reports(handler_, conns_, pending_reports_, [this](TcpConnection& c) {
+    deliver_conn_reports(handler_, conns_, loop_.pending_reports(), [this](TcpConnection& c) {
         const bool connect_failed =
             c.cause == TcpCloseCause::ConnectFailed || c.cause == TcpCloseCause::ConnectTimeout;
         ConnEndReport r{
@@ -225,36 +202,23 @@ void TcpTransport::deliver_reports() {
 }
 
 void TcpTransport::poll(int timeout_ms) {
-    if (in_poll_ || !ok()) return;  // called from inside a handler callback
-    in_poll_ = true;
-    try {
+    loop_.run_pass([&] {
         deliver_reports();
         resume_accepting_if_due();
         epoll_event events[kMaxEvents];
-        int n = epoll_wait(epfd_, events, kMaxEvents, timeout_ms);
+        const int n = loop_.wait(events, kMaxEvents, timeout_ms);
         for (int i = 0; i < n; ++i) {
             const uint64_t tag = events[i].data.u64;
-            if (tag == kTcpWakeTag) {
-                drain_fd(wakefd_);
-                wake_signalled_ = false;
-            } else if (tag == kTcpTimerTag) {
-                drain_fd(timerfd_);
-            } else if (tag & kTcpListenerTag) {
+            if (tag & kTcpListenerTag)
                 accept_ready(static_cast<int>(tag & ~kTcpListenerTag));
-            } else {
+            else
                 conn_ready(tag, events[i].events);
-            }
         }
         expire_connects();
         resume_accepting_if_due();  // the timer woke epoll_wait for it
         deliver_reports();
         rearm_timer();
-    } catch (...) {
-        // Only a handler's exception or out of memory outside any connection's
-        // work lands here; what is pending is retried by the next poll().
-    }
-    in_poll_ = false;
-    if (pending_reports_ > 0) signal_wake();
+    });
 }
 
 std::unique_ptr<Transport> make_tcp_transport(TransportHandler& handler, const TcpOptions& opts) {

@@ -5,7 +5,7 @@
 // accept() that keeps failing with EMFILE would have poll() spin at full CPU.
 // Instead the listeners leave the epoll set for a back-off period (50 ms,
 // doubling to 1 s while the failures go on, back to 50 ms after an accept
-// succeeds), the timerfd is armed at its end, and the handler is told once
+// succeeds), the event loop's timer is armed at its end, and the handler is told once
 // per episode so the owner can shed connections (e.g. unauthenticated ones).
 //
 // Not done: the "spare descriptor" trick (keep /dev/null open; on EMFILE close
@@ -72,7 +72,7 @@ void TcpTransport::accept_one(int fd, const sockaddr_storage& peer, socklen_t le
         ::close(fd);  // never announced, so nothing to report
         return;
     }
-    if (!tcp_epoll_add(epfd_, fd, EPOLLIN, id)) {
+    if (!loop_.add(fd, EPOLLIN, id)) {
         ::close(fd);
         conns_.erase(id);
         return;
@@ -92,7 +92,7 @@ void TcpTransport::pause_accepting(int err) {
     accept_pause_ms_ = first ? kFirstPauseMs : std::min(2 * accept_pause_ms_, kMaxPauseMs);
     accept_paused_ = true;
     accept_resume_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(accept_pause_ms_);
-    for (int fd : listeners_) epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
+    for (int fd : listeners_) loop_.remove(fd);
     ++counters_.accept_pauses;
     rearm_timer();
     if (first) handler_.on_accept_paused(err, accept_pause_ms_);
@@ -102,7 +102,7 @@ void TcpTransport::resume_accepting_if_due() {
     if (!accept_paused_ || std::chrono::steady_clock::now() < accept_resume_) return;
     accept_paused_ = false;
     for (int fd : listeners_) {
-        if (!tcp_epoll_add(epfd_, fd, EPOLLIN, tcp_listener_tag(fd))) {
+        if (!loop_.add(fd, EPOLLIN, tcp_listener_tag(fd))) {
             pause_accepting(errno);  // out of memory for the epoll entry: try again later
             return;
         }

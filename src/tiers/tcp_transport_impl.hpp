@@ -1,9 +1,9 @@
 // The TCP tier (tier3): nonblocking sockets on one epoll instance.
 //
-// The epoll fd is wait_fd(). Besides the sockets it watches an eventfd, set
-// when an end is waiting to be reported, and a timerfd armed at the earliest
-// connect deadline or the end of an accept pause (tcp_transport_accept.cpp),
-// so an owner that sleeps on wait_fd() wakes for all of them.
+// The event loop's epoll fd (event_loop.hpp) is wait_fd(). Besides the
+// sockets it wakes for an end waiting to be reported and for its timer, armed
+// at the earliest connect deadline or the end of an accept pause
+// (tcp_transport_accept.cpp).
 //
 // Callbacks are made only from poll(). Connections are erased only when their
 // end is reported, at the start or end of poll() and never inside a callback,
@@ -14,28 +14,19 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <sys/epoll.h>
 #include <unordered_map>
 #include <vector>
 
+#include "tiers/event_loop.hpp"
 #include "tiers/tcp_connection.hpp"
 #include "tiers/transport.hpp"
 
 namespace pgrac::tiers {
 
-// epoll_data.u64 of a connection is its ConnId (small); these tags mark the rest.
+// epoll_data.u64 of a connection is its ConnId (small); this tag marks a listener.
 inline constexpr uint64_t kTcpListenerTag = uint64_t{1} << 62;  // | the listening fd
-inline constexpr uint64_t kTcpWakeTag = uint64_t{1} << 63;
-inline constexpr uint64_t kTcpTimerTag = kTcpWakeTag | 1;
 inline uint64_t tcp_listener_tag(int fd) {
     return kTcpListenerTag | static_cast<uint32_t>(fd);
-}
-
-inline bool tcp_epoll_add(int epfd, int fd, uint32_t events, uint64_t data) {
-    epoll_event ev{};
-    ev.events = events;
-    ev.data.u64 = data;
-    return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) == 0;
 }
 
 class TcpTransport final : public Transport {
@@ -45,8 +36,8 @@ class TcpTransport final : public Transport {
     TcpTransport(const TcpTransport&) = delete;
     TcpTransport& operator=(const TcpTransport&) = delete;
 
-    // False if the epoll/eventfd/timerfd setup failed (the object is unusable).
-    bool ok() const { return epfd_ >= 0 && wakefd_ >= 0 && timerfd_ >= 0; }
+    // False if the event loop's setup failed (the object is unusable).
+    bool ok() const { return loop_.ok(); }
 
     const char* name() const override { return "tcp"; }
     bool listen(const std::string& host, uint16_t port, std::string* error) override;
@@ -55,7 +46,7 @@ class TcpTransport final : public Transport {
     size_t queued_bytes(ConnId conn) const override;
     void set_max_payload(ConnId conn, uint32_t max_payload) override;
     void close(ConnId conn) override;
-    int wait_fd() const override { return epfd_; }
+    int wait_fd() const override { return loop_.fd(); }
     void poll(int timeout_ms) override;
     uint32_t max_payload() const override { return max_payload_; }
     TransportCounters counters() const override { return counters_; }
@@ -85,20 +76,15 @@ class TcpTransport final : public Transport {
     void set_epollout(TcpConnection& c, bool on);
     void end(TcpConnection& c, TcpCloseCause cause, int err = 0,
              ic::FrameError fe = ic::FrameError::None);
-    void signal_wake();
 
     TransportHandler& handler_;
     const TcpOptions opts_;
     const uint32_t max_payload_;
     const uint32_t initial_max_payload_;  // a new connection's limit
-    int epfd_ = -1, wakefd_ = -1, timerfd_ = -1;
+    EventLoop loop_;
     std::vector<int> listeners_;
     std::unordered_map<ConnId, std::unique_ptr<TcpConnection>> conns_;
     ConnId next_id_ = 1;
-    size_t pending_reports_ = 0;
-    bool in_poll_ = false;
-    bool wake_signalled_ = false;  // wakefd_ is readable
-    bool timer_armed_ = false;     // at the earliest connect deadline or accept_resume_
     // Accepting paused: the listeners are out of the epoll set until accept_resume_.
     bool accept_paused_ = false;
     int accept_pause_ms_ = 0;  // the last pause; 0 once an accept succeeds (no episode)

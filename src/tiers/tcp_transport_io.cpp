@@ -101,22 +101,12 @@ void TcpTransport::end(TcpConnection& c, TcpCloseCause cause, int err, ic::Frame
     c.err = err;
     c.frame_error = fe;
     c.report_pending = true;
-    ++pending_reports_;
-    if (!in_poll_) signal_wake();
-}
-
-void TcpTransport::signal_wake() {
-    if (wake_signalled_) return;
-    const uint64_t one = 1;
-    wake_signalled_ = write(wakefd_, &one, sizeof one) == sizeof one;
+    loop_.note_report();
 }
 
 void TcpTransport::set_epollout(TcpConnection& c, bool on) {
     if (c.epollout == on) return;
-    epoll_event ev{};
-    ev.events = on ? EPOLLIN | EPOLLOUT : EPOLLIN;
-    ev.data.u64 = c.id;
-    if (epoll_ctl(epfd_, EPOLL_CTL_MOD, c.fd, &ev) != 0) {
+    if (!loop_.modify(c.fd, on ? EPOLLIN | EPOLLOUT : EPOLLIN, c.id)) {
         end(c, TcpCloseCause::WriteFailed, errno);
         return;
     }

@@ -3,8 +3,6 @@
 // the data path in verbs_transport_io.cpp.
 #include <fcntl.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
-#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,27 +18,14 @@ namespace pgrac::tiers {
 
 namespace {
 
-constexpr uint64_t kCmTag = 1, kCompTag = 2, kAsyncTag = 3, kWakeTag = 4, kTimerTag = 5;
+constexpr uint64_t kCmTag = 1, kCompTag = 2, kAsyncTag = 3;
 constexpr int kMaxEvents = 16;
 constexpr unsigned kAckBatch = 64;
 constexpr unsigned kQuickPolls = 8;
 
-bool epoll_add(int epfd, int fd, uint64_t tag) {
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.u64 = tag;
-    return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) == 0;
-}
-
 bool set_nonblocking(int fd) {
     const int fl = fcntl(fd, F_GETFL);
     return fl >= 0 && fcntl(fd, F_SETFL, fl | O_NONBLOCK) == 0;
-}
-
-void drain_fd(int fd) {
-    uint64_t value;
-    while (read(fd, &value, sizeof value) < 0 && errno == EINTR) {
-    }
 }
 
 std::string errtext(const std::string& what, int err) {
@@ -88,8 +73,6 @@ VerbsTransport::~VerbsTransport() {
     if (pd_ != nullptr) ibv_dealloc_pd(pd_);
     if (cm_channel_ != nullptr) rdma_destroy_event_channel(cm_channel_);
     if (devices_ != nullptr) rdma_free_devices(devices_);
-    for (int fd : {epfd_, wakefd_, timerfd_})
-        if (fd >= 0) ::close(fd);
 }
 
 VerbsConn* VerbsTransport::find(ConnId id) const {
@@ -264,14 +247,11 @@ void VerbsTransport::destroy_queues() {
 }
 
 bool VerbsTransport::start(std::string* error) {
-    epfd_ = epoll_create1(EPOLL_CLOEXEC);
-    wakefd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    timerfd_ = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-    if (epfd_ < 0 || wakefd_ < 0 || timerfd_ < 0) {
-        *error = errtext("epoll/eventfd/timerfd", errno);
+    if (!loop_.ok()) {
+        *error = errtext("epoll/eventfd/timerfd", loop_.error());
         return false;
     }
-    inbox_ = std::make_unique<VerbsAsyncInbox>(wakefd_);
+    inbox_ = std::make_unique<VerbsAsyncInbox>(loop_.wake_fd());
     if (!open_device(error)) return false;
 
     if (opts_.numa_bind) {
@@ -329,10 +309,9 @@ bool VerbsTransport::start(std::string* error) {
                           "): a burst can overflow it (detected, counted, rebuilt larger)";
 
     if (!set_nonblocking(cm_channel_->fd) || !set_nonblocking(comp_channel_->fd) ||
-        !set_nonblocking(ctx_->async_fd) || !epoll_add(epfd_, cm_channel_->fd, kCmTag) ||
-        !epoll_add(epfd_, comp_channel_->fd, kCompTag) ||
-        !epoll_add(epfd_, ctx_->async_fd, kAsyncTag) || !epoll_add(epfd_, wakefd_, kWakeTag) ||
-        !epoll_add(epfd_, timerfd_, kTimerTag)) {
+        !set_nonblocking(ctx_->async_fd) || !loop_.add(cm_channel_->fd, EPOLLIN, kCmTag) ||
+        !loop_.add(comp_channel_->fd, EPOLLIN, kCompTag) ||
+        !loop_.add(ctx_->async_fd, EPOLLIN, kAsyncTag)) {
         *error = errtext("epoll setup", errno);
         return false;
     }
@@ -486,13 +465,7 @@ void VerbsTransport::expire_connects() {
 
 void VerbsTransport::rearm_timer() {
     if (opts_.connect_timeout_ms <= 0) return;
-    rearm_connect_timer(timerfd_, timer_armed_, conns_, VerbsConnState::Connecting);
-}
-
-void VerbsTransport::signal_wake() {
-    if (wake_signalled_) return;
-    const uint64_t one = 1;
-    wake_signalled_ = write(wakefd_, &one, sizeof one) == sizeof one;
+    loop_.arm_timer(earliest_connect_deadline(conns_, VerbsConnState::Connecting));
 }
 
 std::string VerbsTransport::end_text(const VerbsConn& c) const {
@@ -531,7 +504,7 @@ std::string VerbsTransport::end_text(const VerbsConn& c) const {
 // completed gets on_connected(false); an inbound one that never completed was
 // never announced and is dropped silently; everything else gets on_closed.
 void VerbsTransport::deliver_reports() {
-    deliver_conn_reports(handler_, conns_, pending_reports_, [this](VerbsConn& c) {
+    deliver_conn_reports(handler_, conns_, loop_.pending_reports(), [this](VerbsConn& c) {
         c.report_pending = false;
         c.reported = true;  // the entry stays until reap() sees its QP flushed
         ConnEndReport r;
@@ -560,21 +533,20 @@ void VerbsTransport::reap() {
 }
 
 void VerbsTransport::poll(int timeout_ms) {
-    if (in_poll_ || epfd_ < 0) return;  // called from inside a handler callback
-    in_poll_ = true;
-    try {
+    loop_.run_pass([&] {
         deliver_reports();
         int work = drain_cq();
         handle_async_events();
         epoll_event events[kMaxEvents];
-        const int wait = work > 0 || pending_reports_ > 0 || rebuild_requested_ ? 0 : timeout_ms;
+        const int wait =
+            work > 0 || loop_.pending_reports() > 0 || rebuild_requested_ ? 0 : timeout_ms;
         // A busy-polling owner (poll(0) in a loop) mostly needs the CQ, which
         // was just polled without a system call; the fds (rdma_cm, async,
         // completion events) are level-triggered and looked at every
         // kQuickPolls-th call, so nothing is lost, only deferred by a few calls.
         int n = 0;
         if (wait != 0 || ++quick_polls_ % kQuickPolls == 0)
-            n = epoll_wait(epfd_, events, kMaxEvents, wait);
+            n = loop_.wait(events, kMaxEvents, wait);
         for (int i = 0; i < n; ++i) {
             switch (events[i].data.u64) {
                 case kCmTag:
@@ -585,13 +557,6 @@ void VerbsTransport::poll(int timeout_ms) {
                     break;
                 case kAsyncTag:
                     verbs_async_drain(ctx_);
-                    break;
-                case kWakeTag:
-                    drain_fd(wakefd_);
-                    wake_signalled_ = false;
-                    break;
-                case kTimerTag:
-                    drain_fd(timerfd_);
                     break;
             }
         }
@@ -606,12 +571,7 @@ void VerbsTransport::poll(int timeout_ms) {
         deliver_reports();
         reap();
         rearm_timer();
-    } catch (...) {
-        // A handler's exception or out of memory outside a connection's work;
-        // what is pending is retried by the next poll().
-    }
-    in_poll_ = false;
-    if (pending_reports_ > 0) signal_wake();
+    });
 }
 
 TransportCounters VerbsTransport::counters() const {

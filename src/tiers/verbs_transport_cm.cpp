@@ -344,8 +344,7 @@ void VerbsTransport::end(VerbsConn& c, VerbsCloseCause cause, int err, std::stri
         ibv_modify_qp(c.qp, &a, IBV_QP_STATE);
     }
     c.report_pending = true;
-    ++pending_reports_;
-    if (!in_poll_) signal_wake();
+    loop_.note_report();
 }
 
 }  // namespace pgrac::tiers

@@ -3,9 +3,10 @@
 // rdma_cm connection lifecycle; verbs_transport_io.cpp: posting sends,
 // completions and receive delivery.
 //
-// wait_fd() is an epoll fd over the rdma_cm event channel, the CQ completion
-// channel, the device's async event fd, an eventfd (reports pending, async
-// events filed by another transport) and a timerfd (connect deadlines).
+// wait_fd() is the event loop's epoll fd (event_loop.hpp) over the rdma_cm
+// event channel, the CQ completion channel and the device's async event fd;
+// the loop's wake (reports pending, async events filed by another transport)
+// and timer (connect deadlines) wake it too.
 //
 // Like the TCP tier, callbacks come only from poll(), and a connection's entry
 // is erased only after its end is reported (never inside a callback). Its queue
@@ -22,6 +23,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tiers/event_loop.hpp"
 #include "tiers/transport.hpp"
 #include "tiers/verbs_async_events.hpp"
 #include "tiers/verbs_buffer_pool.hpp"
@@ -102,7 +104,7 @@ class VerbsTransport final : public Transport {
     size_t queued_bytes(ConnId conn) const override;
     void set_max_payload(ConnId conn, uint32_t max_payload) override;
     void close(ConnId conn) override;
-    int wait_fd() const override { return epfd_; }
+    int wait_fd() const override { return loop_.fd(); }
     void poll(int timeout_ms) override;
     uint32_t max_payload() const override { return max_payload_; }
     TransportCounters counters() const override;
@@ -128,7 +130,6 @@ class VerbsTransport final : public Transport {
     void expire_connects();
     void deliver_reports();
     void reap();
-    void signal_wake();
     std::string end_text(const VerbsConn& c) const;
     void note_gid(rdma_cm_id* id);
 
@@ -182,11 +183,9 @@ class VerbsTransport final : public Transport {
     std::unique_ptr<MrCache> mr_cache_;
 
     // event plumbing
-    int epfd_ = -1, wakefd_ = -1, timerfd_ = -1;
+    EventLoop loop_;
     std::unique_ptr<VerbsAsyncInbox> inbox_;
     bool async_attached_ = false;
-    bool wake_signalled_ = false;
-    bool timer_armed_ = false;
     bool rebuild_requested_ = false;
     std::string rebuild_reason_;
 
@@ -194,8 +193,6 @@ class VerbsTransport final : public Transport {
     std::unordered_map<ConnId, std::unique_ptr<VerbsConn>> conns_;
     std::unordered_map<uint32_t, ConnId> by_qpn_;
     ConnId next_id_ = 1;
-    size_t pending_reports_ = 0;
-    bool in_poll_ = false;
     unsigned quick_polls_ = 0;  // poll(0) calls, for the epoll_wait cadence
     TransportCounters counters_;
 };
