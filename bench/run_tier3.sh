@@ -199,8 +199,6 @@ def ratios(k, b):  # per-round ratio k / b: both measured in the same round
     if k not in rows or b not in rows:
         return []
     return [rows[k][r][0] / rows[b][r][0] for r in rows[k] if r in rows[b]]
-def p50(k):
-    return med(v[0] for v in rows[k].values())
 print("| what | size (B) | p50 µs | p50 min–max | p99 µs | p50 / raw TCP p50 (same round, same placement) |")
 print("|---|---:|---:|---:|---:|---:|")
 for k in sorted(order, key=lambda k: ["sched", "cpu0", "spin"].index(k[0])):
@@ -221,22 +219,36 @@ print("Ratios: the median over rounds of ratios taken within one round (so both 
 print("ran minutes apart at most under the same load); \"as placed\" = where the scheduler put")
 print("the processes, \"CPU 0\" = every process involved pinned to CPU 0.")
 print()
-for grp, name in (("sched", "as placed"), ("cpu0", "CPU 0")):
-    t = line(grp, IC64, 64, "raw TCP ping-pong", 64)
-    print(f"- pgrac_ic 64 B / raw TCP 64 B, {name}: {fmt(t)} — target ≤ 1.5x: "
-          f"{'met' if t[0] <= 1.5 else 'MISSED'}")
+# Verdicts only where both sides wait the same way (docs/performance.md): pgrac_ic's
+# processes poll before they sleep (cluster.busy_poll_us), so as placed its baseline is
+# the busy-polling raw TCP ping-pong of the same round; on one CPU nothing gains from
+# polling and the baseline is the blocking ping-pong, target 2x (issue "Fewer hops").
+def across(num, den):  # per-round ratio of two rows of different groups, same round
+    if num not in rows or den not in rows:
+        return (float("nan"),) * 3
+    rs = [rows[num][r][0] / rows[den][r][0] for r in rows[num] if r in rows[den]]
+    return (med(rs), min(rs), max(rs)) if rs else (float("nan"),) * 3
+t = across(("sched", IC64, 64), ("spin", "raw TCP ping-pong", 64))
+print(f"- pgrac_ic 64 B / busy-polling raw TCP 64 B, both polling, as placed: {fmt(t)} — "
+      f"target ≤ 1.5x: {'met' if t[0] <= 1.5 else 'MISSED'}")
+t8 = across(("sched", IC8K, 8192), ("spin", "raw TCP ping-pong", 8192))
+print(f"- pgrac_ic 8 KiB / busy-polling raw TCP 8 KiB, both polling, as placed: {fmt(t8)} — "
+      f"target ≤ 1.5x: {'met' if t8[0] <= 1.5 else 'MISSED'}")
+t = line("cpu0", IC64, 64, "raw TCP ping-pong", 64)
+print(f"- pgrac_ic 64 B / blocking raw TCP 64 B, every process on CPU 0: {fmt(t)} — "
+      f"target ≤ 2x: {'met' if t[0] <= 2 else 'MISSED'}")
+print(f"- not verdicts (the waiting policies differ): pgrac_ic 64 B / blocking raw TCP 64 B, "
+      f"as placed: {fmt(line('sched', IC64, 64, 'raw TCP ping-pong', 64))}")
 for grp, name in (("sched", "as placed"), ("cpu0", "CPU 0")):
     t = line(grp, "libpq SELECT 1 (prepared)", 4, IC64, 64)
     extra = ""
     if grp == "sched":
         s = line(grp, "libpq SELECT 1 (simple protocol)", 4, IC64, 64)
         extra = f"; simple protocol: {fmt(s)}"
-    print(f"- libpq SELECT 1 (prepared) / pgrac_ic 64 B, {name}: {fmt(t)}{extra} — target ≥ 2x: "
-          f"{'met' if t[0] >= 2 else 'MISSED'}")
+    print(f"- libpq SELECT 1 (prepared, a blocking client) / pgrac_ic 64 B (polling), {name}: "
+          f"{fmt(t)}{extra}")
 print(f"- libpq get_raw_page / pgrac_ic 8 KiB, as placed: "
       f"{fmt(line('sched', 'libpq get_raw_page (prepared, binary)', 8192, IC8K, 8192))}")
-print(f"- pgrac_ic 64 B / busy-polling raw TCP 64 B: "
-      f"**{p50(('sched', IC64, 64)) / p50(('spin', 'raw TCP ping-pong', 64)):.1f}x** (medians)")
 for grp, name in (("sched", "as placed"), ("cpu0", "CPU 0")):
     t = line(grp, "pgrac_ic RPC to own node (no TCP)", 64, IC64, 64)
     print(f"- pgrac_ic 64 B to own node (no TCP) / to node 2, {name}: {fmt(t)}")
