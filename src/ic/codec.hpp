@@ -209,17 +209,12 @@ class Reader {
     size_t a_ = 0, b_ = 0;
 };
 
-// A record with a fields() list, appended to out.
-template <typename R>
-void encode_into(const R& r, std::vector<uint8_t>* out) {
-    Writer w(out);
-    R::fields(w, r);
-}
-
+// A record with a fields() list, as bytes.
 template <typename R>
 std::vector<uint8_t> encode(const R& r) {
     std::vector<uint8_t> b;
-    encode_into(r, &b);
+    Writer w(&b);
+    R::fields(w, r);
     return b;
 }
 

@@ -65,7 +65,6 @@ class EventLoop {
     // returns); deliver_conn_reports() counts them down.
     void note_report();
     size_t& pending_reports() { return pending_reports_; }
-    size_t pending_reports() const { return pending_reports_; }
 
     bool in_pass() const { return in_pass_; }
 
