@@ -3,15 +3,18 @@
 # temporary two-instance tier3 cluster (copies of one data directory that
 # pgbench -i filled, so both instances have pgbench_accounts):
 #   1. block fetch node 1 -> node 2 (pgrac_fetch_block_bench: backend ->
-#      listener -> TCP -> LMS on node 2 -> ReadBuffer/copy -> back), 1 and 7
-#      blocks per round trip, against raw TCP 8 KiB ping-pong and libpq
-#      get_raw_page on node 2 (what users do without an interconnect);
+#      listener -> TCP -> node 2's listener, which serves blocks in its buffer
+#      pool in place -> back; and with cluster.serve_in_place = off on node 2,
+#      where its LMS serves them), 1 and 7 blocks per round trip, against raw
+#      TCP 8 KiB ping-pong and libpq get_raw_page on node 2 (what users do
+#      without an interconnect);
 #   2. lock + unlock of an uncontended global lock mastered on node 2
 #      (pgrac_ges_bench, and through libpq) against pg_advisory_lock + unlock
 #      over libpq;
 #   3. throughput with 1, 4 and 16 concurrent backends (pgbench -T on node 1):
-#      random single-block fetches from node 2; lock + unlock of a per-client
-#      global lock.
+#      random single-block fetches from node 2 (in place and through the LMS),
+#      the same blocks with get_raw_page through libpq on node 2; lock + unlock
+#      of a per-client global lock.
 # Runs as root (PostgreSQL parts as postgres); removes its cluster on exit.
 #
 #   bench/run_lms.sh [--build-dir DIR] [--iterations 5000] [--seconds 5]
@@ -85,16 +88,28 @@ row "raw TCP ping-pong, 8 KiB" "$(kv p50_us <<<"$out")" "$(kv p99_us <<<"$out")"
 out=$(timeout 300 "$LIBPQ_LATENCY" --conninfo "$CONN2" --iterations "$ITER" --warmup 1000 \
     --query "SELECT get_raw_page('pgbench_accounts', 7)" --mode prepared --binary)
 row "libpq get_raw_page (prepared, binary)" "$(kv p50_us <<<"$out")" "$(kv p99_us <<<"$out")"
-for b in 1 7; do
-    psql_n "$PG1" "SELECT count(*) FROM pgrac_fetch_block_bench(2, 'pgbench_accounts', 1000, $b)" >/dev/null
-    line=$(psql_n "$PG1" "SELECT round(p50_us::numeric, 1) || ' ' || round(p99_us::numeric, 1) || ' ' || round(blocks_per_sec)
-                          FROM pgrac_fetch_block_bench(2, 'pgbench_accounts', $ITER, $b)")
-    read -r p50 p99 bps <<<"$line"
-    row "pgrac_fetch_block node 1 -> 2, $b block(s) per round trip ($bps blocks/s)" "$p50" "$p99"
+# cluster.serve_in_place on node 2 (sighup): on, its listener serves blocks in
+# its buffer pool itself; off, it hands every request to an LMS worker.
+serve_in_place() {  # serve_in_place on|off
+    psql_n "$PG2" "ALTER SYSTEM SET cluster.serve_in_place = $1; SELECT pg_reload_conf();" >/dev/null
+    sleep 1
+}
+for mode in on off; do
+    serve_in_place "$mode"
+    how="served in place"
+    [[ $mode == off ]] && how="serve_in_place off: LMS"
+    for b in 1 7; do
+        psql_n "$PG1" "SELECT count(*) FROM pgrac_fetch_block_bench(2, 'pgbench_accounts', 1000, $b)" >/dev/null
+        line=$(psql_n "$PG1" "SELECT round(p50_us::numeric, 1) || ' ' || round(p99_us::numeric, 1) || ' ' || round(blocks_per_sec)
+                              FROM pgrac_fetch_block_bench(2, 'pgbench_accounts', $ITER, $b)")
+        read -r p50 p99 bps <<<"$line"
+        row "pgrac_fetch_block node 1 -> 2, $b block(s) per round trip, $how ($bps blocks/s)" "$p50" "$p99"
+    done
+    out=$(timeout 300 "$LIBPQ_LATENCY" --conninfo "$CONN1" --iterations "$ITER" --warmup 1000 \
+        --query "SELECT pgrac_fetch_block(2, 'pgbench_accounts', 7)" --mode prepared --binary)
+    row "libpq SELECT pgrac_fetch_block(node 2) on node 1, $how" "$(kv p50_us <<<"$out")" "$(kv p99_us <<<"$out")"
 done
-out=$(timeout 300 "$LIBPQ_LATENCY" --conninfo "$CONN1" --iterations "$ITER" --warmup 1000 \
-    --query "SELECT pgrac_fetch_block(2, 'pgbench_accounts', 7)" --mode prepared --binary)
-row "libpq SELECT pgrac_fetch_block(node 2) on node 1" "$(kv p50_us <<<"$out")" "$(kv p99_us <<<"$out")"
+serve_in_place on
 out=$(timeout 300 "$LIBPQ_LATENCY" --conninfo "$CONN1" --iterations "$ITER" --warmup 1000 \
     --query "SELECT pg_advisory_lock(1), pg_advisory_unlock(1)" --mode prepared)
 row "libpq pg_advisory_lock + unlock (one statement)" "$(kv p50_us <<<"$out")" "$(kv p99_us <<<"$out")"
@@ -116,6 +131,10 @@ cat >"$WORK/fetch.sql" <<'EOF'
 \set b random(0, 3200)
 SELECT length(pgrac_fetch_block(2, 'pgbench_accounts', :b));
 EOF
+cat >"$WORK/raw.sql" <<'EOF'
+\set b random(0, 3200)
+SELECT length(get_raw_page('pgbench_accounts', :b));
+EOF
 cat >"$WORK/lock.sql" <<'EOF'
 SELECT pgrac_ges_lock(:client_id::bigint), pgrac_ges_unlock(:client_id::bigint);
 EOF
@@ -126,10 +145,16 @@ chown "$PGUSER_OS": "$WORK"/*.sql
 TPS=()
 for c in 1 4 16; do
     line="| $c"
-    for s in fetch lock adv; do
+    for s in fetch fetch_lms raw lock adv; do
+        script=$s port=$PG1
+        case $s in
+            fetch_lms) script=fetch; serve_in_place off ;;
+            raw) port=$PG2 ;;  # get_raw_page on the serving instance, through libpq
+        esac
         tps=$(as_pg timeout 120 "$PGBIN/pgbench" -n -M prepared -c "$c" -j "$c" -T "$SECONDS_TPS" \
-            -f "$WORK/$s.sql" -h "$WORK" -p "$PG1" postgres 2>&1 |
+            -f "$WORK/$script.sql" -h "$WORK" -p "$port" postgres 2>&1 |
             sed -n 's/^tps = \([0-9.]*\).*/\1/p')
+        [[ $s == fetch_lms ]] && serve_in_place on
         line="$line | ${tps%.*}"
     done
     TPS+=("$line |")
@@ -149,8 +174,8 @@ machine_cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
     echo
     echo "Throughput, pgbench -M prepared on node 1 (transactions/s):"
     echo
-    echo "| clients | pgrac_fetch_block from node 2 (random block) | pgrac_ges_lock + unlock (per-client resource) | pg_advisory_lock + unlock |"
-    echo "|---:|---:|---:|---:|"
+    echo "| clients | pgrac_fetch_block from node 2 (random block), served in place | the same, serve_in_place off (LMS) | get_raw_page on node 2 through libpq (random block) | pgrac_ges_lock + unlock (per-client resource) | pg_advisory_lock + unlock |"
+    echo "|---:|---:|---:|---:|---:|---:|"
     printf '%s\n' "${TPS[@]}"
 } | tee "$WORK/report.md"
 if [[ -n "$MARKDOWN" ]]; then cp "$WORK/report.md" "$MARKDOWN"; fi

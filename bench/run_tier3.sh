@@ -4,8 +4,10 @@
 #   2. libpq round trips against one instance: SELECT 1, and get_raw_page('t', 0)
 #      (an 8 KiB page fetched the way users do it without an interconnect)
 #   3. pgrac_ic_bench between two instances (backend -> listener -> TCP -> peer
-#      listener -> LMS -> back), 64 B and 8 KiB, plus the same RPC to the own
-#      node (no TCP: the in-instance handoffs alone)
+#      listener, which serves the ping in place -> back), 64 B and 8 KiB, plus
+#      the same RPC to the own node (no TCP: the in-instance handoffs alone);
+#      each also with cluster.serve_in_place = off (the peer's listener hands
+#      the request to an LMS worker and takes the reply back), in the same rounds
 # Every measurement runs --rounds times, interleaved; the table reports the
 # median over rounds of each round's p50/p99, and the p50 spread (min-max).
 #
@@ -146,15 +148,28 @@ libpq_run() {  # libpq_run GROUP WHAT SIZE ROUND ITERS ARGS...
     fi
     record "$group" "$what" "$size" "$round" "$out"
 }
-ic_run() {  # ic_run GROUP NODE SIZE ITERS ROUND
+ic_run() {  # ic_run GROUP NODE SIZE ITERS ROUND [LABEL-SUFFIX]
     local line what="pgrac_ic RPC node 1 -> 2"
     [[ $2 == 1 ]] && what="pgrac_ic RPC to own node (no TCP)"
+    what+="${6:-}"
     psql_n "$PG1" "SELECT count(*) FROM pgrac_ic_bench($2, $3, $WARMUP)" >/dev/null
     line=$(psql_n "$PG1" "SELECT format('p50_us=%s p99_us=%s p999_us=%s',
               round(p50_us::numeric, 2), round(p99_us::numeric, 2), round(p999_us::numeric, 2))
               FROM pgrac_ic_bench($2, $3, $4)")
     record "$1" "$what" "$3" "$5" " $line"
 }
+
+# cluster.serve_in_place on both instances (sighup): off hands every request
+# to an LMS worker, the path before serving in place; measured in the same
+# rounds as the default.
+serve_in_place() {  # serve_in_place on|off
+    local pg
+    for pg in "$PG1" "$PG2"; do
+        psql_n "$pg" "ALTER SYSTEM SET cluster.serve_in_place = $1; SELECT pg_reload_conf();" >/dev/null
+    done
+    sleep 1
+}
+OFF=" (serve_in_place off: LMS handoff)"
 
 for r in $(seq 1 "$ROUNDS"); do
     log "round $r/$ROUNDS: as the scheduler places it"
@@ -167,6 +182,11 @@ for r in $(seq 1 "$ROUNDS"); do
     ic_run sched 2 64 "$ITER" "$r"
     ic_run sched 2 8192 "$ITER8K" "$r"
     ic_run sched 1 64 "$ITER" "$r"
+    serve_in_place off
+    ic_run sched 2 64 "$ITER" "$r" "$OFF"
+    ic_run sched 2 8192 "$ITER8K" "$r" "$OFF"
+    ic_run sched 1 64 "$ITER" "$r" "$OFF"
+    serve_in_place on
 
     log "round $r/$ROUNDS: everything on CPU 0; raw TCP busy-polling on CPUs 0 and $LAST_CPU"
     pin_instances 0
@@ -174,6 +194,9 @@ for r in $(seq 1 "$ROUNDS"); do
     libpq_run cpu0 "libpq SELECT 1 (prepared)" 4 "$r" "$ITER" --query "SELECT 1" --mode prepared
     ic_run cpu0 2 64 "$ITER" "$r"
     ic_run cpu0 1 64 "$ITER" "$r"
+    serve_in_place off
+    ic_run cpu0 2 64 "$ITER" "$r" "$OFF"
+    serve_in_place on
     pin_instances "0-$LAST_CPU"
     tcp_run spin 64 "$ITER" "$r"
     tcp_run spin 8192 "$ITER8K" "$r"

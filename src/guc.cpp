@@ -21,6 +21,7 @@ using pgrac::tiers::Tier;
 extern "C" {
 int pgrac_tier_requested = static_cast<int>(Tier::Auto);
 bool pgrac_interconnect_strict = false;
+bool pgrac_serve_in_place = true;
 char* pgrac_cluster_name = nullptr;
 int pgrac_node_id = 1;
 char* pgrac_nodes = nullptr;
@@ -276,6 +277,11 @@ void define_settings() {
     DefineCustomIntVariable("cluster.rpc_timeout", "Default time an RPC waits for its reply.",
                             nullptr, &pgrac_rpc_timeout_ms, 5000, 1, 3600000, PGC_USERSET,
                             GUC_UNIT_MS, nullptr, nullptr, nullptr);
+    DefineCustomBoolVariable(
+        "cluster.serve_in_place",
+        "The listener serves non-blocking requests (ping, blocks in the buffer pool) itself.",
+        "Off hands every request to an LMS worker: two process wakeups more per round trip.",
+        &pgrac_serve_in_place, true, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
     DefineCustomIntVariable("cluster.send_queue_max_messages",
                             "Most messages queued to one peer and not yet acknowledged.", nullptr,
                             &pgrac_send_queue_max_messages, 65536, 16, 16777216, PGC_SIGHUP, 0,

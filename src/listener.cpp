@@ -30,6 +30,8 @@ PGDLLEXPORT void pgrac_ic_listener_main(Datum arg);
 #include "ic/adaptive_spin.hpp"
 #include "ic/atomics.hpp"
 #include "ic/engine.hpp"
+#include "in_place.hpp"
+#include "lms/handler_registry.hpp"
 #include "lms/ges_service.hpp"
 #include "pg_boundary.hpp"
 #include "shmem.hpp"
@@ -102,6 +104,7 @@ pgrac::ic::EngineConfig make_config(pgrac::ic::IcShared* shm) {
     cfg.max_unauthenticated = pgrac_max_unauthenticated;
     cfg.identity.max_message = PGRAC_IC_MAX_MESSAGE;
     cfg.identity.protection = static_cast<pgrac::ic::WireProtection>(pgrac_wire_protection);
+    if (pgrac_serve_in_place) cfg.serve_in_place = pgrac::glue::in_place_types();
     if (cfg.nodes.size() > 1 && pgrac_auth_key_file && *pgrac_auth_key_file) {
         std::string err;
         auto key = pgrac::ic::load_key_file(pgrac_auth_key_file, &err);
@@ -169,6 +172,11 @@ bool step() {
     if (!ok)
         ereport(ERROR,
                 (errcode(ERRCODE_INTERNAL_ERROR), errmsg("pgrac_ic listener failed: %s", err)));
+    // Requests the listener serves itself (ping, blocks in the buffer pool).
+    if (pgrac::glue::serve_in_place(pgrac::glue::shared())) {
+        worked = true;
+        emit_logs();
+    }
     return worked;
 }
 
@@ -202,6 +210,7 @@ void pgrac_ic_listener_main(Datum) {
     if (!ok)
         ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE),
                         errmsg("pgrac_ic listener cannot start: %s", err)));
+    pgrac::glue::in_place_init(g_engine);
     pgrac::glue::publish_transport(shm);  // tier1/tier2: what runs (verbs or the TCP fallback)
     ereport(LOG, (errmsg("pgrac_ic listener started: node %d, tier %s (%s transport), %zu nodes",
                          pgrac_node_id,
@@ -224,6 +233,15 @@ void pgrac_ic_listener_main(Datum) {
             ProcessConfigFile(PGC_SIGHUP);
             // The start-up rule (timeout at least two heartbeats) holds for
             // reloads too: a peer would otherwise be DOWN between heartbeats.
+            if (!pgrac::glue::guarded(
+                    [] {
+                        g_engine->set_serve_in_place(pgrac_serve_in_place
+                                                         ? pgrac::glue::in_place_types()
+                                                         : std::vector<bool>());
+                    },
+                    err, sizeof err))
+                ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
+                                errmsg("pgrac_ic listener failed: %s", err)));
             if (pgrac_peer_timeout_ms >= 2 * pgrac_heartbeat_interval_ms)
                 g_engine->set_timing(pgrac_heartbeat_interval_ms, pgrac_peer_timeout_ms);
             else

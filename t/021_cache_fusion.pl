@@ -101,6 +101,28 @@ is( $n2->safe_psql('postgres',
 		'SELECT reply_pool_in_use_bytes || \':\' || (reply_pool_peak_bytes >= 7 * 8192)
 		        || \':\' || reply_pool_refusals FROM pg_cluster_rdma_status'),
 	'0:true:0', 'a batch took 7 chunks of the reply pool, and every chunk came back');
+# Node 1's listener serves blocks that are in its buffer pool where the
+# request arrives; a block it would have to read goes to an LMS worker.
+my $in_place = sub {
+	return $n1->safe_psql('postgres',
+		'SELECT served_in_place || \':\' || in_place_handoffs FROM pg_cluster_rdma_counters WHERE peer_node_id = 2');
+};
+my ($served0, $handoffs0) = split /:/, $in_place->();
+$n2->safe_psql('postgres', "SELECT pgrac_fetch_block(1, 'pgbench_accounts', 0)");
+my ($served1, $handoffs1) = split /:/, $in_place->();
+is($served1 - $served0, 1, 'a block in the buffer pool is served in place by the listener');
+is($handoffs1, $handoffs0, '... with no handoff to an LMS worker');
+# cluster.serve_in_place = off: every request goes straight to an LMS worker.
+ok($c->set_serve_in_place(1, 'off', 2), 'serve_in_place off on node 1');
+my $counts_off = $in_place->();
+$n2->safe_psql('postgres', "SELECT pgrac_fetch_block(1, 'pgbench_accounts', 0)");
+is($in_place->(), $counts_off,
+	'with serve_in_place off, a block in the buffer pool goes straight to an LMS worker');
+ok($c->set_serve_in_place(1, 'on', 2), 'serve_in_place on again');
+# With the LMS workers frozen, only a block that is not in the buffer pool
+# waits: restart node 1 to empty it.
+$n1->restart;
+ok($c->wait_up($_), "node $_ sees all nodes UP after node 1's restart") for 1 .. 3;
 my @lms1 = split /\n/, $n1->safe_psql('postgres',
 	"SELECT pid FROM pg_stat_activity WHERE backend_type LIKE 'pgrac_ic lms%'");
 kill 'STOP', @lms1;
@@ -108,6 +130,9 @@ my $fetcher = $n2->background_psql('postgres', on_error_stop => 0);
 my $fetcher_pid = $fetcher->query_safe('SELECT pg_backend_pid()');
 $fetcher->query_until(qr/started/,
 	"\\echo started\nSELECT count(*) FROM pgrac_fetch_blocks(1, 'pgbench_accounts', 0, 7);\n");
+ok( $n1->poll_query_until('postgres',
+		'SELECT in_place_handoffs >= 1 FROM pg_cluster_rdma_counters WHERE peer_node_id = 2'),
+	'a block not in the buffer pool is handed to an LMS worker');
 ok( $n2->poll_query_until('postgres',
 		'SELECT reply_pool_in_use_bytes > 0 FROM pg_cluster_rdma_status'),
 	'a fetch waiting on a frozen server holds reply pool chunks');

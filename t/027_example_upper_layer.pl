@@ -35,7 +35,14 @@ sub fails
 	return $err;
 }
 
-# RPCs both ways, answered by the example's handler in the peer's LMS worker.
+# RPCs both ways, answered by the example's handler, registered in place, in
+# the peer's listener.
+my $served_in_place = sub {
+	my ($node, $peer) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT served_in_place FROM pg_cluster_rdma_counters WHERE peer_node_id = $peer");
+};
+my $in_place_before = $served_in_place->($n2, 1);
 is($n1->safe_psql('postgres', "SELECT example_rpc(2, 'hello from one')"),
 	'node 2: HELLO FROM ONE', 'RPC 1 -> 2');
 is($n2->safe_psql('postgres', "SELECT example_rpc(1, 'hello from two')"),
@@ -44,12 +51,15 @@ is($n1->safe_psql('postgres', "SELECT example_rpc(1, 'self')"), 'node 1: SELF', 
 is($n2->safe_psql('postgres', "SELECT length(example_rpc(1, repeat('a', 65000)))"),
 	'65008', 'a 65000-byte RPC and its reply');
 
+is($served_in_place->($n2, 1) - $in_place_before, 1,
+	'node 2 served the RPC from node 1 in place (PGRAC_IC_HANDLER_IN_PLACE)');
+
 # The handler refuses a reply over reply->capacity.
 like(fails($n1, "SELECT example_rpc(2, repeat('a', 65536))"),
 	qr/RPC to node 2 failed: reply larger than the buffer/, 'reply over the capacity: REPLY_TOO_BIG');
 
-# A handler that raises: HANDLER_ERROR with the remote text, and the peer's
-# LMS worker goes on serving.
+# A handler that raises (in the peer's listener): HANDLER_ERROR with the
+# remote text, and the listener goes on serving.
 my $err = fails($n1, "SELECT example_rpc_fail(2, 'boom')");
 like($err, qr/RPC to node 2 failed: the peer's handler raised an error/, 'handler ERROR: HANDLER_ERROR');
 like($err, qr/Remote error: pgrac_example: node 2 refuses "boom" from node 1/,
@@ -57,7 +67,7 @@ like($err, qr/Remote error: pgrac_example: node 2 refuses "boom" from node 1/,
 like(fails($n2, "SELECT example_rpc_fail(1, 'bang')"),
 	qr/Remote error: pgrac_example: node 1 refuses "bang" from node 2/, 'handler ERROR 2 -> 1');
 is($n1->safe_psql('postgres', "SELECT example_rpc(2, 'still there')"),
-	'node 2: STILL THERE', 'the LMS worker serves after a handler error');
+	'node 2: STILL THERE', 'the listener serves after a handler error in it');
 is($n2->safe_psql('postgres',
 		"SELECT count(*) FROM pg_cluster_rdma_errors WHERE type = 'handler_error' "
 		  . "AND description LIKE '%handler \"example fail\" failed: pgrac_example: node 2 refuses \"boom\"%'"),

@@ -265,6 +265,27 @@ sub wait_ges_ready
 	}
 }
 
+# Sets cluster.serve_in_place on node i ('on' or 'off') and waits until its
+# listener applied the reload: a ping from node j is then served in place, or
+# not (served_in_place moves, or stays). True once it did.
+sub set_serve_in_place
+{
+	my ($self, $i, $value, $j) = @_;
+	my ($node, $from) = ($self->node($i), $self->node($j));
+	$node->safe_psql('postgres',
+		"ALTER SYSTEM SET cluster.serve_in_place = $value; SELECT pg_reload_conf()");
+	my $sql = "SELECT served_in_place FROM pg_cluster_rdma_counters WHERE peer_node_id = $j";
+	for (1 .. 100)
+	{
+		my $before = $node->safe_psql('postgres', $sql);
+		$from->safe_psql('postgres', "SELECT pgrac_ic_ping($i)");
+		my $moved = $node->safe_psql('postgres', $sql) != $before;
+		return 1 if $moved == ($value eq 'on');
+		select(undef, undef, undef, 0.1);
+	}
+	return 0;
+}
+
 # PID of an instance's background worker by backend_type ("pgrac_ic listener").
 sub worker_pid
 {

@@ -65,7 +65,8 @@ static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 void _PG_init(void);
 
-/* ---- handlers: they run in an LMS worker of the receiving instance ---- */
+/* ---- handlers: they run in the receiving instance's listener (registered in
+ * place) or in one of its LMS workers ---- */
 
 /* "node N: " and the body in ASCII upper case. The body is not NUL-terminated
  * and lives only during the call; the reply never exceeds reply->capacity. */
@@ -85,8 +86,8 @@ static int upper_handler(const pgrac_ic_message* msg, pgrac_ic_reply* reply) {
     return PGRAC_IC_OK;
 }
 
-/* Refuses every request with a PostgreSQL ERROR: the LMS worker catches it,
- * cleans up, and the caller receives PGRAC_IC_HANDLER_ERROR and this text. */
+/* Refuses every request with a PostgreSQL ERROR: pgrac_ic catches it, cleans
+ * up, and the caller receives PGRAC_IC_HANDLER_ERROR and this text. */
 static int fail_handler(const pgrac_ic_message* msg, pgrac_ic_reply* reply) {
     (void)reply;
     ereport(ERROR,
@@ -138,8 +139,8 @@ static void example_shmem_startup(void) {
 }
 
 /* Registers one handler; any failure stops the server start. */
-static void register_or_fail(uint16 type, const char* name, pgrac_ic_handler_fn fn) {
-    int rc = pgrac_ic_register_handler(type, name, fn);
+static void register_or_fail(uint16 type, const char* name, pgrac_ic_handler_fn fn, int flags) {
+    int rc = pgrac_ic_register_handler_flags(type, name, fn, flags);
 
     if (rc != PGRAC_IC_OK)
         ereport(ERROR, (errmsg("pgrac_example: cannot register message type %u: %s", type,
@@ -154,9 +155,12 @@ void _PG_init(void) {
                                 "order) and restart the server.")));
 
     /* The name is kept by pointer: a string literal. */
-    register_or_fail(EXAMPLE_MSG_UPPER, "example upper", upper_handler);
-    register_or_fail(EXAMPLE_MSG_FAIL, "example fail", fail_handler);
-    register_or_fail(EXAMPLE_MSG_NOTE, "example note", note_handler);
+    /* upper and fail never wait: the peer's listener runs them where the
+     * request arrives. note takes a spinlock and could as well; it stays in an
+     * LMS worker to show the default. */
+    register_or_fail(EXAMPLE_MSG_UPPER, "example upper", upper_handler, PGRAC_IC_HANDLER_IN_PLACE);
+    register_or_fail(EXAMPLE_MSG_FAIL, "example fail", fail_handler, PGRAC_IC_HANDLER_IN_PLACE);
+    register_or_fail(EXAMPLE_MSG_NOTE, "example note", note_handler, 0);
 
     prev_shmem_request_hook = shmem_request_hook;
     shmem_request_hook = example_shmem_request;

@@ -69,6 +69,7 @@ int Engine::wait_fd() const {
 }
 
 int Engine::next_timeout_ms() const {
+    if (!in_place_.empty()) return 0;
     if (overflow_bytes_ > 0) return 1;
     int64_t delta = next_timer_us_ - now_us();
     if (delta <= 0) return 0;
@@ -77,15 +78,66 @@ int Engine::next_timeout_ms() const {
 
 bool Engine::run_once() {
     const uint64_t before = work_;
+    if (in_place_change_) apply_in_place_change();
     transport_->poll(0);
     drain_overflow();
     drain_outbound();
     run_timers(now_us());
+    wake_lms_workers();
+    return work_ != before;
+}
+
+void Engine::apply_in_place_change() {
+    if (overflow_bytes_ > 0) return;
+    for (uint32_t w = 0; w < shm_->n_lms; w++)
+        if (!inbox_ring(shm_, w).empty()) return;
+    cfg_.serve_in_place = std::move(next_in_place_);
+    next_in_place_.clear();
+    in_place_change_ = false;
+}
+
+void Engine::wake_lms_workers() {
     for (uint32_t w = 0; lms_to_wake_ != 0 && w < shm_->n_lms; w++) {
         if (lms_to_wake_ & (1u << w)) host_.wake_lms(w);
     }
     lms_to_wake_ = 0;
-    return work_ != before;
+}
+
+// ---- serving in place
+
+size_t Engine::take_in_place(uint8_t* out, size_t cap) {
+    while (!in_place_.empty()) {
+        std::vector<uint8_t> rec = std::move(in_place_.front());
+        in_place_.pop_front();
+        overflow_bytes_ -= rec.size();
+        if (rec.size() <= cap) {
+            std::memcpy(out, rec.data(), rec.size());
+            return rec.size();
+        }
+        hand_to_lms(rec.data(), rec.size());
+    }
+    return 0;
+}
+
+void Engine::hand_to_lms(const uint8_t* rec, size_t len) {
+    RingPrefix pre;
+    if (len < sizeof pre + kMessageHeaderSize) return;
+    std::memcpy(&pre, rec, sizeof pre);
+    if (pre.payload_len != len - sizeof pre) return;
+    push_to_lms(pre.node, pre.flags, rec + sizeof pre, pre.payload_len);
+    wake_lms_workers();
+}
+
+void Engine::send_from_owner(uint16_t node, uint16_t flags, const uint8_t* payload, uint32_t len) {
+    // route_outbound gives back the send budget a ring record took; this
+    // message took it here.
+    if (node >= 1 && node <= kMaxNodes) {
+        PeerShared& ps = shm_->peers[node - 1];
+        __atomic_fetch_add(&ps.queued_msgs, uint64_t{1}, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&ps.queued_bytes, uint64_t{kFrameHeaderSize} + len, __ATOMIC_RELAXED);
+    }
+    route_outbound(node, flags, payload, len);
+    work_++;
 }
 
 Engine::Peer* Engine::peer_by_node(uint16_t node) {
@@ -433,6 +485,16 @@ void Engine::fail_outstanding(uint16_t node, uint32_t status) {
 void Engine::deliver_to_lms(uint16_t src, uint16_t flags, const uint8_t* payload, uint32_t len) {
     MessageHeader mh;
     decode_message_header(payload, len, &mh);
+    if (!served_in_place(mh.msg_type)) {
+        push_to_lms(src, flags, payload, len);
+        return;
+    }
+    if (hold(in_place_, src, flags, mh, payload, len)) work_++;
+}
+
+void Engine::push_to_lms(uint16_t src, uint16_t flags, const uint8_t* payload, uint32_t len) {
+    MessageHeader mh;
+    decode_message_header(payload, len, &mh);
     const uint32_t w = mh.route_key % shm_->n_lms;
     RingPrefix pre{src, flags, len};
     if (overflow_[w].empty()) {
@@ -444,6 +506,11 @@ void Engine::deliver_to_lms(uint16_t src, uint16_t flags, const uint8_t* payload
         report(ErrorType::InboxFull, Severity::Warning, src,
                "LMS worker " + std::to_string(w) + " inbox full; holding messages in the listener");
     }
+    if (hold(overflow_[w], src, flags, mh, payload, len)) lms_to_wake_ |= 1u << w;
+}
+
+bool Engine::hold(std::deque<std::vector<uint8_t>>& queue, uint16_t src, uint16_t flags,
+                  const MessageHeader& mh, const uint8_t* payload, uint32_t len) {
     if (!backlog_has_room(len)) {
         // Only a message to ourselves gets here (a peer's was refused before it
         // was acknowledged): fail its requester rather than grow without bound.
@@ -451,14 +518,15 @@ void Engine::deliver_to_lms(uint16_t src, uint16_t flags, const uint8_t* payload
         report(ErrorType::InboxFull, Severity::Error, src,
                "message from node " + std::to_string(src) + " refused: LMS backlog over " +
                    std::to_string(kOverflowLimitBytes >> 20) + " MB");
-        return;
+        return false;
     }
+    const RingPrefix pre{src, flags, len};
     std::vector<uint8_t> rec(sizeof pre + len);
     std::memcpy(rec.data(), &pre, sizeof pre);
     std::memcpy(rec.data() + sizeof pre, payload, len);
     overflow_bytes_ += rec.size();
-    overflow_[w].push_back(std::move(rec));
-    lms_to_wake_ |= 1u << w;
+    queue.push_back(std::move(rec));
+    return true;
 }
 
 bool Engine::backlog_has_room(uint32_t payload_len) const {

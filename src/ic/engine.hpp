@@ -41,6 +41,10 @@ struct EngineConfig {
     // closed at once (cluster.max_unauthenticated).
     int max_unauthenticated = 64;
     uint64_t rekey_interval = FrameGuard::kDefaultRekeyInterval;  // frames per key
+    // Request types the engine's own process serves where they arrive, with
+    // no LMS handoff (two process wakeups fewer per RPC), indexed by
+    // msg_type; the owner takes them with take_in_place(). Empty: none.
+    std::vector<bool> serve_in_place;
 };
 
 // What the engine needs from the process that runs it.
@@ -78,6 +82,17 @@ class Engine final : public tiers::TransportHandler, public HandshakePolicy {
     // in, a record out, a timer fired), which tells the owner whether
     // busy-polling a little longer is likely to pay.
     bool run_once();
+    // Serving in place (EngineConfig::serve_in_place). The oldest request held
+    // for the owner: copied into `out` (RingPrefix + payload, at most `cap`
+    // bytes) and removed; 0 when none is held. One longer than `cap` goes to
+    // the LMS workers instead.
+    size_t take_in_place(uint8_t* out, size_t cap);
+    // A request taken that the owner cannot serve without blocking: the LMS
+    // workers serve it, as any other.
+    void hand_to_lms(const uint8_t* rec, size_t len);
+    // Sends a message from the owner's own process (the reply to a request it
+    // served in place): no ring, no wakeup.
+    void send_from_owner(uint16_t node, uint16_t flags, const uint8_t* payload, uint32_t len);
     // RPCs that went out from this instance and wait for their reply.
     bool awaiting_replies() const { return !outstanding_.empty(); }
     // Tells peers we are going away and closes every connection.
@@ -88,6 +103,13 @@ class Engine final : public tiers::TransportHandler, public HandshakePolicy {
         cfg_.heartbeat_interval_ms = heartbeat_interval_ms;
         cfg_.peer_timeout_ms = peer_timeout_ms;
         membership_.set_timing(heartbeat_interval_ms, peer_timeout_ms);
+    }
+    // Which request types the owner serves in place (configuration reload).
+    // Takes effect once nothing waits in an LMS inbox or for the owner, so that
+    // the messages of one route key are never served out of order across it.
+    void set_serve_in_place(std::vector<bool> types) {
+        next_in_place_ = std::move(types);
+        in_place_change_ = true;
     }
     const Membership& membership() const { return membership_; }
 
@@ -160,7 +182,18 @@ class Engine final : public tiers::TransportHandler, public HandshakePolicy {
                     const uint8_t* payload);
     void deliver_local(uint16_t src, uint16_t flags, const uint8_t* payload, uint32_t len);
     void deliver_reply(uint64_t rpc_id, uint32_t status, const uint8_t* body, uint32_t len);
+    // A request or one-way message for this node: held for the owner
+    // (serve_in_place) or pushed to an LMS inbox.
     void deliver_to_lms(uint16_t src, uint16_t flags, const uint8_t* payload, uint32_t len);
+    void push_to_lms(uint16_t src, uint16_t flags, const uint8_t* payload, uint32_t len);
+    // Keeps a copy in `queue` within the backlog limit (else refuses it). True if kept.
+    bool hold(std::deque<std::vector<uint8_t>>& queue, uint16_t src, uint16_t flags,
+              const MessageHeader& mh, const uint8_t* payload, uint32_t len);
+    bool served_in_place(uint16_t msg_type) const {
+        return msg_type < cfg_.serve_in_place.size() && cfg_.serve_in_place[msg_type];
+    }
+    void wake_lms_workers();
+    void apply_in_place_change();
     // Congestion (engine.cpp): ask a sender to hold off while the LMS backlog is
     // high; honour such a request; send what was held once it expires.
     void signal_backoff(Peer& p);
@@ -221,6 +254,11 @@ class Engine final : public tiers::TransportHandler, public HandshakePolicy {
     std::unordered_map<tiers::ConnId, Conn> conns_;
     std::unordered_map<uint32_t, Outstanding> outstanding_;   // by reply slot
     std::vector<std::deque<std::vector<uint8_t>>> overflow_;  // per LMS worker
+    // Requests held for the owner to serve in place; counted in overflow_bytes_
+    // like the LMS backlog, so the same limits hold.
+    std::deque<std::vector<uint8_t>> in_place_;
+    std::vector<bool> next_in_place_;  // set_serve_in_place, until it takes effect
+    bool in_place_change_ = false;
     size_t overflow_bytes_ = 0;
     uint32_t lms_to_wake_ = 0;  // bitmask
     int64_t next_timer_us_ = 0;

@@ -44,6 +44,10 @@ struct PeerShared {
 
     uint64_t msgs_sent, msgs_recv, bytes_sent, bytes_recv;
     uint64_t rpcs_sent, rpcs_served;
+    // Of the requests from this peer: served by the listener where they
+    // arrived (no LMS handoff), and taken in place but handed to an LMS
+    // because serving them would have waited (a block not in the buffer pool).
+    uint64_t served_in_place, in_place_handoffs;
     uint64_t retransmits, reconnects, duplicates_dropped;
     uint64_t requests_voided;  // retained RPC requests voided: their caller was told they failed
     uint64_t session_resets;   // lane sessions both sides started again (handshake)

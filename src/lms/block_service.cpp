@@ -1,8 +1,9 @@
-// Cache Fusion in the LMS: serves page images from the local buffer pool.
-// Written as plain C-style code (no C++ objects): everything here may raise a
-// PostgreSQL error, which the LMS turns into a HANDLER_ERROR reply.
+// Cache Fusion: serves page images from the local buffer pool, in place in the
+// listener when every block is there and free to share-lock, else in an LMS
+// worker. Written as plain C-style code (no C++ objects): everything here may
+// raise a PostgreSQL error, which becomes a HANDLER_ERROR reply.
 //
-// The LMS worker has no transaction, so nothing would release a buffer pin or
+// Neither the LMS nor the listener has a transaction, so nothing would release a buffer pin or
 // content lock on error: the handler does it itself (PG_CATCH: abort buffer
 // I/O, release LWLocks and the pins held by its own ResourceOwner, release the
 // session locks on the database and relation), and closes the smgr relations
@@ -16,6 +17,7 @@ extern "C" {
 #include "catalog/pg_database_d.h"
 #include "common/relpath.h"
 #include "miscadmin.h"
+#include "storage/buf_internals.h"
 #include "storage/bufmgr.h"
 #include "storage/bufpage.h"
 #include "storage/lock.h"
@@ -30,6 +32,7 @@ extern "C" {
 #include "lms/block_identity.hpp"
 #include "lms/block_service.hpp"
 #include "lms/handler_registry.hpp"
+#include "lms/request_server.hpp"
 #include "lms/ges_service.hpp"
 
 static_assert(pgrac::glue::kBlockSize == BLCKSZ, "kBlockSize must be BLCKSZ");
@@ -47,17 +50,41 @@ __attribute__((noinline)) void write_header(uint8_t* out, uint32_t nblocks, uint
     ic::codec::encode_to(h, out, kBlockReplyHeader);
 }
 
-// Pins, share-locks, copies and releases each block in turn.
+// Pins the block and takes its content lock in share mode; in place (the
+// listener) only if it is in the buffer pool and the lock is free now:
+// InvalidBuffer otherwise, and an LMS worker serves the request.
+Buffer pin_and_share_lock(SMgrRelation sr, RelFileNode rnode, ForkNumber forknum, BlockNumber blk,
+                          BufferAccessStrategy strategy) {
+    if (!serving_in_place()) {
+        const Buffer buf =
+            ReadBufferWithoutRelcache(rnode, forknum, blk, RBM_NORMAL, strategy, true);
+        LockBuffer(buf, BUFFER_LOCK_SHARE);
+        return buf;
+    }
+    // A miss starts the read-ahead (posix_fadvise) for the LMS worker that
+    // will serve it.
+    const PrefetchBufferResult r = PrefetchSharedBuffer(sr, forknum, blk);
+    if (!BufferIsValid(r.recent_buffer) || !ReadRecentBuffer(rnode, forknum, blk, r.recent_buffer))
+        return InvalidBuffer;
+    if (!LWLockConditionalAcquire(
+            BufferDescriptorGetContentLock(GetBufferDescriptor(r.recent_buffer - 1)), LW_SHARED)) {
+        ReleaseBuffer(r.recent_buffer);
+        return InvalidBuffer;
+    }
+    return r.recent_buffer;
+}
+
+// Pins, share-locks, copies and releases each block in turn. False if a
+// block would have to wait (in place only; nothing is held then).
 // A batch reads through a ring of buffers (BAS_BULKREAD, as a sequential
 // scan does), so that remote batch readers cannot flush the buffer pool.
-__attribute__((noinline)) void copy_blocks(RelFileNode rnode, ForkNumber forknum, BlockNumber first,
-                                           uint32_t n, uint8_t* p) {
-    // palloc'd in the LMS message context, which is reset after every message.
+__attribute__((noinline)) bool copy_blocks(SMgrRelation sr, RelFileNode rnode, ForkNumber forknum,
+                                           BlockNumber first, uint32_t n, uint8_t* p) {
+    // palloc'd in the request's memory context, which is reset after it.
     BufferAccessStrategy strategy = n > 1 ? GetAccessStrategy(BAS_BULKREAD) : nullptr;
     for (uint32_t i = 0; i < n; i++) {
-        const Buffer buf =
-            ReadBufferWithoutRelcache(rnode, forknum, first + i, RBM_NORMAL, strategy, true);
-        LockBuffer(buf, BUFFER_LOCK_SHARE);
+        const Buffer buf = pin_and_share_lock(sr, rnode, forknum, first + i, strategy);
+        if (!BufferIsValid(buf)) return false;
         const Page page = BufferGetPage(buf);
         std::memcpy(p + kBlockEntryHeader, page, BLCKSZ);
         // With checksums (or wal_log_hints) a hint bit set under a share lock
@@ -70,6 +97,7 @@ __attribute__((noinline)) void copy_blocks(RelFileNode rnode, ForkNumber forknum
         ic::codec::encode_to(BlockEntryHeader{first + i, lsn}, p, kBlockEntryHeader);
         p += kBlockEntryHeader + BLCKSZ;
     }
+    return true;
 }
 
 int serve_blocks(Oid db, Oid relid, RelFileNode rnode, ForkNumber forknum, BlockNumber first,
@@ -112,9 +140,10 @@ void lock_or_refuse(const LOCKTAG* tag, const char* what, Oid db, Oid oid) {
 
 // Reads the blocks; runs with the relation locked, under the PG_TRY of
 // serve_blocks (errors leave pins and content locks to its PG_CATCH).
-__attribute__((noinline)) void read_blocks(Oid db, Oid relid, RelFileNode rnode, ForkNumber forknum,
-                                           BlockNumber first, uint32_t count,
-                                           pgrac_ic_reply* reply) {
+// Declines (decline_in_place) if serving in place would have to wait.
+__attribute__((noinline)) int read_blocks(Oid db, Oid relid, RelFileNode rnode, ForkNumber forknum,
+                                          BlockNumber first, uint32_t count,
+                                          pgrac_ic_reply* reply) {
     const int fork = forknum;
     // After the lock: a DROP, TRUNCATE or rewrite of the relation has either
     // committed (the catalog says so: refused) or cannot commit before we
@@ -143,7 +172,10 @@ __attribute__((noinline)) void read_blocks(Oid db, Oid relid, RelFileNode rnode,
     const uint32_t n = Min(count, nblocks - first);
     uint8_t* out = static_cast<uint8_t*>(reply->body);
     write_header(out, nblocks, n);
-    copy_blocks(rnode, forknum, first, n, out + kBlockReplyHeader);
+    if (!copy_blocks(sr, rnode, forknum, first, n, out + kBlockReplyHeader)) {
+        decline_in_place();  // an LMS worker reads it
+        return PGRAC_IC_OK;
+    }
     // Only a DDL that does not conflict with AccessShareLock could have
     // changed the relation meanwhile (docs/cache_fusion.md): never ship what
     // it replaced.
@@ -153,6 +185,7 @@ __attribute__((noinline)) void read_blocks(Oid db, Oid relid, RelFileNode rnode,
                                "were read, retry",
                                relid, db, pgrac_node_id)));
     reply->len = kBlockReplyHeader + n * (kBlockEntryHeader + BLCKSZ);
+    return PGRAC_IC_OK;
 }
 
 // The part that may longjmp with buffers pinned or locks held: kept apart
@@ -180,8 +213,9 @@ __attribute__((noinline)) int serve_blocks(Oid db, Oid relid, RelFileNode rnode,
     if (g_owner == nullptr) g_owner = ResourceOwnerCreate(nullptr, "pgrac_ic block service");
     ResourceOwner saved = CurrentResourceOwner;
     CurrentResourceOwner = g_owner;
+    volatile int status = PGRAC_IC_OK;
     PG_TRY();
-    { read_blocks(db, relid, rnode, forknum, first, count, reply); }
+    { status = read_blocks(db, relid, rnode, forknum, first, count, reply); }
     PG_CATCH();
     {
         // Whatever ReadBuffer or LockBuffer left behind: I/O in progress, the
@@ -206,13 +240,15 @@ __attribute__((noinline)) int serve_blocks(Oid db, Oid relid, RelFileNode rnode,
     smgrcloseall();
     LockRelease(&reltag, AccessShareLock, true);
     if (!shared) LockRelease(&dbtag, AccessShareLock, true);
-    return PGRAC_IC_OK;
+    return status;
 }
 
 }  // namespace
 
 void register_block_handlers() {
-    put_handler(kMsgBlockFetch, "block fetch", block_fetch_handler);
+    // In place: the listener serves what is in the buffer pool and free to
+    // share-lock now; anything else goes to an LMS worker (copy_blocks).
+    put_handler(kMsgBlockFetch, "block fetch", block_fetch_handler, true);
 }
 
 }  // namespace pgrac::glue

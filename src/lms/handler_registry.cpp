@@ -1,7 +1,5 @@
 extern "C" {
 #include "postgres.h"
-
-#include "miscadmin.h"
 }
 
 #include <cstring>
@@ -61,9 +59,17 @@ int seq_handler(const pgrac_ic_message* msg, pgrac_ic_reply* reply) {
 
 }  // namespace
 
-void put_handler(uint16_t type, const char* name, pgrac_ic_handler_fn fn) {
+void put_handler(uint16_t type, const char* name, pgrac_ic_handler_fn fn, bool in_place) {
     g_handlers[type].fn = fn;
     g_handlers[type].name = name;
+    g_handlers[type].in_place = in_place;
+}
+
+std::vector<bool> in_place_types() {
+    std::vector<bool> v(PGRAC_IC_MAX_MSG_TYPE + 1, false);
+    for (int t = 0; t <= PGRAC_IC_MAX_MSG_TYPE; t++)
+        v[t] = g_handlers[t].fn != nullptr && g_handlers[t].in_place;
+    return v;
 }
 
 const HandlerEntry* find_handler(uint16_t msg_type) {
@@ -72,9 +78,10 @@ const HandlerEntry* find_handler(uint16_t msg_type) {
 }
 
 void register_builtin_handlers() {
-    put_handler(PGRAC_IC_MSG_PING, "ping", ping_handler);
-    put_handler(PGRAC_IC_MSG_NOTE, "note", note_handler);
-    put_handler(PGRAC_IC_MSG_SEQ, "seq", seq_handler);
+    // None of them blocks: the listener serves them where they arrive.
+    put_handler(PGRAC_IC_MSG_PING, "ping", ping_handler, true);
+    put_handler(PGRAC_IC_MSG_NOTE, "note", note_handler, true);
+    put_handler(PGRAC_IC_MSG_SEQ, "seq", seq_handler, true);
 }
 
 }  // namespace pgrac::glue

@@ -24,11 +24,12 @@ using pgrac::tiers::Tier;
 
 namespace {
 
-constexpr int kColumns = 21;
+constexpr int kColumns = 23;
 
 struct Row {
     uint64_t msgs_sent, msgs_recv, bytes_sent, bytes_recv, rpcs_sent, rpcs_served, retransmits,
-        reconnects, duplicates, stalls, queued_msgs, queued_bytes;
+        reconnects, duplicates, stalls, queued_msgs, queued_bytes, served_in_place,
+        in_place_handoffs;
 };
 
 Row read_row(const PeerShared& p) {
@@ -37,7 +38,8 @@ Row read_row(const PeerShared& p) {
                load_relaxed(&p.rpcs_sent),          load_relaxed(&p.rpcs_served),
                load_relaxed(&p.retransmits),        load_relaxed(&p.reconnects),
                load_relaxed(&p.duplicates_dropped), load_relaxed(&p.backpressure_stalls),
-               load_relaxed(&p.queued_msgs),        load_relaxed(&p.queued_bytes)};
+               load_relaxed(&p.queued_msgs),        load_relaxed(&p.queued_bytes),
+               load_relaxed(&p.served_in_place),    load_relaxed(&p.in_place_handoffs)};
 }
 
 void add(Row& t, const Row& r) {
@@ -53,6 +55,8 @@ void add(Row& t, const Row& r) {
     t.stalls += r.stalls;
     t.queued_msgs += r.queued_msgs;
     t.queued_bytes += r.queued_bytes;
+    t.served_in_place += r.served_in_place;
+    t.in_place_handoffs += r.in_place_handoffs;
 }
 
 void put_row(ReturnSetInfo* rsinfo, const IcShared* shm, int node, const Row& r,
@@ -101,6 +105,10 @@ void put_row(ReturnSetInfo* rsinfo, const IcShared* shm, int node, const Row& r,
             n[i] = true;
         i++;
     }
+    // Requests from the peer the listener served where they arrived, and
+    // those it handed to an LMS worker because serving would have waited.
+    v[i++] = counter_datum(r.served_in_place);
+    v[i++] = counter_datum(r.in_place_handoffs);
     Assert(i == kColumns);
     tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, v, n);
 }

@@ -370,6 +370,40 @@ class TestNode {
         return any;
     }
 
+    // ---- the listener serving in place (src/in_place.cpp), for the types in
+    // EngineConfig::serve_in_place: echoes RPCs, or with hand_to_lms set gives
+    // the request to the LMS workers as a handler that would block does.
+    bool hand_to_lms = false;
+    std::vector<Received> served_in_place;
+    bool serve_owner() {
+        bool any = false;
+        std::vector<uint8_t> rec(sizeof(RingPrefix) + kMessageHeaderSize + PGRAC_IC_MAX_MESSAGE);
+        while (size_t len = engine_->take_in_place(rec.data(), rec.size())) {
+            any = true;
+            if (hand_to_lms) {
+                engine_->hand_to_lms(rec.data(), len);
+                continue;
+            }
+            RingPrefix pre;
+            std::memcpy(&pre, rec.data(), sizeof pre);
+            Received r{pre.node, pre.flags, ~0u, {}, {}};
+            const uint8_t* payload = rec.data() + sizeof pre;
+            decode_message_header(payload, pre.payload_len, &r.mh);
+            r.body.assign(payload + kMessageHeaderSize, payload + pre.payload_len);
+            if (pre.flags & kFlagRpcRequest) {
+                MessageHeader rh = r.mh;
+                rh.status = PGRAC_IC_OK;
+                std::vector<uint8_t> out(kMessageHeaderSize + r.body.size());
+                encode_message_header(rh, out.data());
+                std::copy(r.body.begin(), r.body.end(), out.begin() + kMessageHeaderSize);
+                engine_->send_from_owner(pre.node, kFlagRpcReply, out.data(),
+                                         static_cast<uint32_t>(out.size()));
+            }
+            served_in_place.push_back(std::move(r));
+        }
+        return any;
+    }
+
     // ---- backend role
     // A record into the outbound ring, with the queue accounting of send_path.cpp.
     bool push(uint16_t to, uint16_t flags, const MessageHeader& mh, const void* body,
@@ -503,6 +537,7 @@ inline bool pump_until(const std::vector<TestNode*>& nodes, const std::function<
             if (n->paused) continue;
             any |= n->engine().run_once();
             any |= n->serve_lms();
+            any |= n->serve_owner();
             fds.push_back(pollfd{n->engine().wait_fd(), POLLIN, 0});
         }
         if (!any && !fds.empty()) ::poll(fds.data(), fds.size(), 1);

@@ -1,0 +1,81 @@
+// Serving in place in the listener (in_place.hpp). Plain C-style code between
+// the engine calls: handlers run here and may raise PostgreSQL errors, so no
+// C++ object with a destructor is live in these frames; every engine call
+// goes through guarded().
+extern "C" {
+#include "postgres.h"
+
+#include "utils/memutils.h"
+}
+
+#include <cstring>
+
+#include "ic/atomics.hpp"
+#include "in_place.hpp"
+#include "lms/request_server.hpp"
+#include "pg_boundary.hpp"
+
+using namespace pgrac::ic;
+
+namespace pgrac::glue {
+
+namespace {
+
+// Serve at most this many before the next round of wire work.
+constexpr int kBudget = 64;
+constexpr size_t kRecordMax = sizeof(RingPrefix) + kMessageHeaderSize + PGRAC_IC_MAX_MESSAGE;
+
+Engine* g_engine = nullptr;
+uint8_t* g_record = nullptr;    // the request being served (kRecordMax bytes)
+uint8_t* g_outgoing = nullptr;  // MessageHeader + reply body
+
+void engine_failed(const char* what, const char* err) {
+    ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
+                    errmsg("pgrac_ic listener failed to %s: %s", what, err)));
+}
+
+void send_reply(uint16_t node, uint16_t flags, const MessageHeader& mh, const void* body,
+                uint32_t len) {
+    encode_message_header(mh, g_outgoing);
+    if (len > 0) std::memcpy(g_outgoing + kMessageHeaderSize, body, len);
+    const uint32_t payload_len = static_cast<uint32_t>(kMessageHeaderSize) + len;
+    char err[256] = "";
+    if (!guarded([&] { g_engine->send_from_owner(node, flags, g_outgoing, payload_len); }, err,
+                 sizeof err))
+        engine_failed("send a reply", err);
+}
+
+}  // namespace
+
+void in_place_init(Engine* engine) {
+    g_engine = engine;
+    request_server_init();
+    g_record = static_cast<uint8_t*>(MemoryContextAlloc(TopMemoryContext, kRecordMax));
+    g_outgoing = static_cast<uint8_t*>(
+        MemoryContextAlloc(TopMemoryContext, kMessageHeaderSize + PGRAC_IC_MAX_MESSAGE));
+}
+
+bool serve_in_place(IcShared* shm) {
+    bool served = false;
+    char err[256] = "";
+    for (int i = 0; i < kBudget; i++) {
+        size_t len = 0;
+        if (!guarded([&] { len = g_engine->take_in_place(g_record, kRecordMax); }, err, sizeof err))
+            engine_failed("take a request", err);
+        if (len == 0) break;
+        served = true;
+        RingPrefix pre;
+        std::memcpy(&pre, g_record, sizeof pre);
+        PeerShared* peer = peer_shared(shm, pre.node);
+        if (serve_record(shm, g_record, len, true, send_reply) == Served::Done) {
+            if (peer != nullptr) count(&peer->served_in_place);
+            continue;
+        }
+        if (peer != nullptr) count(&peer->in_place_handoffs);
+        if (!guarded([&] { g_engine->hand_to_lms(g_record, len); }, err, sizeof err))
+            engine_failed("hand a request to an LMS worker", err);
+    }
+    return served;
+}
+
+}  // namespace pgrac::glue

@@ -1,0 +1,158 @@
+// Serving one request, in an LMS worker or in place in the listener
+// (request_server.hpp). Plain C-style code: handlers may raise PostgreSQL
+// errors, and no C++ object with a destructor is live when they do.
+extern "C" {
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/bufmgr.h"
+#include "storage/condition_variable.h"
+#include "storage/lwlock.h"
+#include "utils/memutils.h"
+#include "utils/resowner.h"
+}
+
+#include <cstring>
+
+#include "ic/atomics.hpp"
+#include "lms/handler_registry.hpp"
+#include "lms/request_server.hpp"
+
+using namespace pgrac::ic;
+
+namespace pgrac::glue {
+
+namespace {
+
+MemoryContext g_msg_context = nullptr;
+uint8_t* g_reply_body = nullptr;  // PGRAC_IC_MAX_MESSAGE bytes
+bool g_in_place = false;
+bool g_declined = false;
+
+// After a handler raised: what the checkpointer and bgwriter do after an
+// error, since neither the LMS nor the listener runs a transaction whose abort
+// would do it (handlers may take LWLocks, pin buffers, sleep on condition
+// variables, or even start a transaction). Resources the handler registered
+// with CurrentResourceOwner (the process's AuxProcessResourceOwner) are released.
+void recover_from_handler_error() {
+    LWLockReleaseAll();
+    ConditionVariableCancelSleep();
+    pgstat_report_wait_end();
+    AbortBufferIO();
+    UnlockBuffers();
+    if (IsTransactionState()) AbortCurrentTransaction();
+    ReleaseAuxProcessResources(false);
+    CurrentResourceOwner = AuxProcessResourceOwner;
+}
+
+// Runs the handler; a PostgreSQL error becomes HANDLER_ERROR with its message
+// as the reply body.
+int run_handler(const HandlerEntry* h, const pgrac_ic_message* msg, pgrac_ic_reply* reply) {
+    volatile int status = PGRAC_IC_OK;
+    MemoryContext old = MemoryContextSwitchTo(g_msg_context);
+    PG_TRY();
+    { status = h->fn(msg, reply); }
+    PG_CATCH();
+    {
+        HOLD_INTERRUPTS();
+        recover_from_handler_error();
+        MemoryContextSwitchTo(g_msg_context);
+        ErrorData* ed = CopyErrorData();
+        FlushErrorState();
+        RESUME_INTERRUPTS();
+        status = PGRAC_IC_HANDLER_ERROR;
+        if (reply != nullptr) {
+            int n = snprintf(static_cast<char*>(reply->body), reply->capacity, "%s",
+                             ed->message ? ed->message : "unknown error");
+            reply->len = static_cast<uint32_t>(Min(n + 1, static_cast<int>(reply->capacity)));
+        } else {
+            ereport(LOG, (errmsg("pgrac_ic: handler \"%s\" failed on a one-way message: %s",
+                                 h->name, ed->message)));
+        }
+    }
+    PG_END_TRY();
+    MemoryContextSwitchTo(old);
+    MemoryContextReset(g_msg_context);
+    return status;
+}
+
+}  // namespace
+
+void request_server_init() {
+    // Handlers (and the block service) get a resource owner to register pins
+    // and locks with; recover_from_handler_error() releases them.
+    CreateAuxProcessResourceOwner();
+    g_msg_context =
+        AllocSetContextCreate(TopMemoryContext, "pgrac_ic request", ALLOCSET_DEFAULT_SIZES);
+    g_reply_body =
+        static_cast<uint8_t*>(MemoryContextAlloc(TopMemoryContext, PGRAC_IC_MAX_MESSAGE));
+}
+
+bool serving_in_place() {
+    return g_in_place;
+}
+
+void decline_in_place() {
+    if (g_in_place) g_declined = true;
+}
+
+Served serve_record(IcShared* shm, const uint8_t* rec, size_t len, bool in_place,
+                    ReplySender send) {
+    RingPrefix pre;
+    std::memcpy(&pre, rec, sizeof pre);
+    MessageHeader mh;
+    const uint8_t* payload = rec + sizeof pre;
+    if (len < sizeof pre + kMessageHeaderSize || pre.payload_len != len - sizeof pre ||
+        decode_message_header(payload, pre.payload_len, &mh) != FrameError::None)
+        return Served::Done;
+    if (pre.payload_len - kMessageHeaderSize > PGRAC_IC_MAX_MESSAGE) {
+        // The listener refuses such messages where they arrive; this is the
+        // last line: no handler ever sees a body over the documented limit.
+        shm->errors.add(ErrorType::OversizedMessage, Severity::Error, pre.node, unix_time_us(),
+                        "message over PGRAC_IC_MAX_MESSAGE reached a handler; dropped");
+        return Served::Done;
+    }
+    const bool is_rpc = (pre.flags & kFlagRpcRequest) != 0;
+    pgrac_ic_message msg{mh.msg_type, pre.node, mh.route_key, payload + kMessageHeaderSize,
+                         static_cast<uint32_t>(pre.payload_len - kMessageHeaderSize)};
+    pgrac_ic_reply reply{g_reply_body, PGRAC_IC_MAX_MESSAGE, 0};
+
+    int status;
+    const HandlerEntry* h = find_handler(mh.msg_type);
+    if (h == nullptr) {
+        status = PGRAC_IC_NO_HANDLER;
+        char text[128];
+        snprintf(text, sizeof text, "no handler for message type %u on node %u (from node %u)",
+                 mh.msg_type, shm->my_node_id, pre.node);
+        shm->errors.add(ErrorType::NoHandler, Severity::Warning, pre.node, unix_time_us(), text);
+        reply.len = static_cast<uint32_t>(strlen(text) + 1);
+        memcpy(reply.body, text, reply.len);
+    } else {
+        g_in_place = in_place;
+        g_declined = false;
+        status = run_handler(h, &msg, is_rpc ? &reply : nullptr);
+        g_in_place = false;
+        if (g_declined) return Served::WouldBlock;
+        if (status == PGRAC_IC_HANDLER_ERROR && is_rpc) {
+            char text[kErrorDescriptionMax];
+            snprintf(text, sizeof text, "handler \"%s\" failed: %.*s", h->name,
+                     static_cast<int>(reply.len), static_cast<char*>(reply.body));
+            shm->errors.add(ErrorType::HandlerError, Severity::Warning, pre.node, unix_time_us(),
+                            text);
+        }
+    }
+    if (!is_rpc) return Served::Done;
+    if (reply.len > PGRAC_IC_MAX_MESSAGE) {
+        status = PGRAC_IC_REPLY_TOO_BIG;
+        reply.len = 0;
+    }
+    MessageHeader rh = mh;
+    rh.status = static_cast<uint16_t>(status);
+    rh.epoch = load_relaxed(&shm->epoch);
+    send(pre.node, kFlagRpcReply | (pre.flags & kFlagControlLane), rh, reply.body, reply.len);
+    return Served::Done;
+}
+
+}  // namespace pgrac::glue

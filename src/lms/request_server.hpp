@@ -1,0 +1,39 @@
+// Serving one request: find its handler, run it (a PostgreSQL error becomes
+// HANDLER_ERROR with its message as the reply), send the reply. Run by the
+// LMS workers on what their inbox brings, and by the listener on the requests
+// whose handler is registered in place (handler_registry.hpp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "ic/frame.hpp"
+#include "ic/shared_state.hpp"
+
+namespace pgrac::glue {
+
+// How a reply leaves the process that served the request.
+using ReplySender = void (*)(uint16_t node, uint16_t flags, const ic::MessageHeader& mh,
+                             const void* body, uint32_t len);
+
+// Once per process, before the first request: memory for handlers and replies.
+void request_server_init();
+
+enum class Served { Done, WouldBlock };
+
+// Serves one record (RingPrefix + MessageHeader + body). With in_place, a
+// handler may decline (WouldBlock): nothing was sent, and the caller hands
+// the record to an LMS worker. Runs PostgreSQL code: the caller holds no C++
+// object with a destructor.
+Served serve_record(ic::IcShared* shm, const uint8_t* rec, size_t len, bool in_place,
+                    ReplySender send);
+
+// True while a handler runs in the listener (it must not wait).
+bool serving_in_place();
+// Called by one of pgrac_ic's handlers serving in place that would have to
+// wait (a block not in the buffer pool), after releasing what it holds: its
+// return value is ignored and an LMS worker serves the request. Not in the
+// public API: an upper layer's handler in place runs once, where it arrives.
+void decline_in_place();
+
+}  // namespace pgrac::glue
