@@ -91,7 +91,8 @@ row "libpq get_raw_page (prepared, binary)" "$(kv p50_us <<<"$out")" "$(kv p99_u
 # cluster.serve_in_place on node 2 (sighup): on, its listener serves blocks in
 # its buffer pool itself; off, it hands every request to an LMS worker.
 serve_in_place() {  # serve_in_place on|off
-    psql_n "$PG2" "ALTER SYSTEM SET cluster.serve_in_place = $1; SELECT pg_reload_conf();" >/dev/null
+    psql_n "$PG2" "ALTER SYSTEM SET cluster.serve_in_place = $1" >/dev/null
+    psql_n "$PG2" "SELECT pg_reload_conf()" >/dev/null
     sleep 1
 }
 for mode in on off; do

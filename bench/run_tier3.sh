@@ -165,7 +165,8 @@ ic_run() {  # ic_run GROUP NODE SIZE ITERS ROUND [LABEL-SUFFIX]
 serve_in_place() {  # serve_in_place on|off
     local pg
     for pg in "$PG1" "$PG2"; do
-        psql_n "$pg" "ALTER SYSTEM SET cluster.serve_in_place = $1; SELECT pg_reload_conf();" >/dev/null
+        psql_n "$pg" "ALTER SYSTEM SET cluster.serve_in_place = $1" >/dev/null
+        psql_n "$pg" "SELECT pg_reload_conf()" >/dev/null
     done
     sleep 1
 }

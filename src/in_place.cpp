@@ -26,21 +26,22 @@ constexpr int kBudget = 64;
 constexpr size_t kRecordMax = sizeof(RingPrefix) + kMessageHeaderSize + PGRAC_IC_MAX_MESSAGE;
 
 Engine* g_engine = nullptr;
-uint8_t* g_record = nullptr;    // the request being served (kRecordMax bytes)
-uint8_t* g_outgoing = nullptr;  // MessageHeader + reply body
+uint8_t* g_record = nullptr;  // the request being served (kRecordMax bytes)
 
 void engine_failed(const char* what, const char* err) {
     ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
                     errmsg("pgrac_ic listener failed to %s: %s", what, err)));
 }
 
-void send_reply(uint16_t node, uint16_t flags, const MessageHeader& mh, const void* body,
+// The header goes into the room before the body (request_server.hpp): the
+// reply reaches the engine's frame with no copy of its own.
+void send_reply(uint16_t node, uint16_t flags, const MessageHeader& mh, uint8_t* body,
                 uint32_t len) {
-    encode_message_header(mh, g_outgoing);
-    if (len > 0) std::memcpy(g_outgoing + kMessageHeaderSize, body, len);
+    uint8_t* payload = body - kMessageHeaderSize;
+    encode_message_header(mh, payload);
     const uint32_t payload_len = static_cast<uint32_t>(kMessageHeaderSize) + len;
     char err[256] = "";
-    if (!guarded([&] { g_engine->send_from_owner(node, flags, g_outgoing, payload_len); }, err,
+    if (!guarded([&] { g_engine->send_from_owner(node, flags, payload, payload_len); }, err,
                  sizeof err))
         engine_failed("send a reply", err);
 }
@@ -51,8 +52,6 @@ void in_place_init(Engine* engine) {
     g_engine = engine;
     request_server_init();
     g_record = static_cast<uint8_t*>(MemoryContextAlloc(TopMemoryContext, kRecordMax));
-    g_outgoing = static_cast<uint8_t*>(
-        MemoryContextAlloc(TopMemoryContext, kMessageHeaderSize + PGRAC_IC_MAX_MESSAGE));
 }
 
 bool serve_in_place(IcShared* shm) {

@@ -38,7 +38,7 @@ AdaptiveSpin g_spin;
 uint64_t g_last_request_ns = 0;
 
 // Replies wait for room without limit: dropping one would hang the requester.
-void send_reply(uint16_t node, uint16_t flags, const MessageHeader& mh, const void* body,
+void send_reply(uint16_t node, uint16_t flags, const MessageHeader& mh, uint8_t* body,
                 uint32_t len) {
     pgrac::glue::enqueue_message(node, flags, mh, body, len, 0, -1);
 }

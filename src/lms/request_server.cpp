@@ -27,7 +27,7 @@ namespace pgrac::glue {
 namespace {
 
 MemoryContext g_msg_context = nullptr;
-uint8_t* g_reply_body = nullptr;  // PGRAC_IC_MAX_MESSAGE bytes
+uint8_t* g_reply_body = nullptr;  // PGRAC_IC_MAX_MESSAGE bytes, after the header's room
 bool g_in_place = false;
 bool g_declined = false;
 
@@ -86,8 +86,9 @@ void request_server_init() {
     CreateAuxProcessResourceOwner();
     g_msg_context =
         AllocSetContextCreate(TopMemoryContext, "pgrac_ic request", ALLOCSET_DEFAULT_SIZES);
-    g_reply_body =
-        static_cast<uint8_t*>(MemoryContextAlloc(TopMemoryContext, PGRAC_IC_MAX_MESSAGE));
+    g_reply_body = static_cast<uint8_t*>(MemoryContextAlloc(
+                       TopMemoryContext, kMessageHeaderSize + PGRAC_IC_MAX_MESSAGE)) +
+                   kMessageHeaderSize;
 }
 
 bool serving_in_place() {
@@ -151,7 +152,7 @@ Served serve_record(IcShared* shm, const uint8_t* rec, size_t len, bool in_place
     MessageHeader rh = mh;
     rh.status = static_cast<uint16_t>(status);
     rh.epoch = load_relaxed(&shm->epoch);
-    send(pre.node, kFlagRpcReply | (pre.flags & kFlagControlLane), rh, reply.body, reply.len);
+    send(pre.node, kFlagRpcReply | (pre.flags & kFlagControlLane), rh, g_reply_body, reply.len);
     return Served::Done;
 }
 

@@ -12,9 +12,11 @@
 
 namespace pgrac::glue {
 
-// How a reply leaves the process that served the request.
+// How a reply leaves the process that served the request. `body` is preceded
+// by kMessageHeaderSize bytes the sender may write (the message header goes
+// there, so that header and body leave as one piece without another copy).
 using ReplySender = void (*)(uint16_t node, uint16_t flags, const ic::MessageHeader& mh,
-                             const void* body, uint32_t len);
+                             uint8_t* body, uint32_t len);
 
 // Once per process, before the first request: memory for handlers and replies.
 void request_server_init();
