@@ -11,6 +11,7 @@ extern "C" {
 #include <cstring>
 
 #include "ic/atomics.hpp"
+#include "guc.hpp"
 #include "in_place.hpp"
 #include "lms/request_server.hpp"
 #include "pg_boundary.hpp"
@@ -21,8 +22,10 @@ namespace pgrac::glue {
 
 namespace {
 
-// Serve at most this many before the next round of wire work.
+// Serve at most this many, for at most this long, before the next round of
+// wire work (heartbeats, lock traffic, the outbound ring).
 constexpr int kBudget = 64;
+constexpr uint64_t kBudgetNs = 200 * 1000;
 constexpr size_t kRecordMax = sizeof(RingPrefix) + kMessageHeaderSize + PGRAC_IC_MAX_MESSAGE;
 
 Engine* g_engine = nullptr;
@@ -46,6 +49,20 @@ void send_reply(uint16_t node, uint16_t flags, const MessageHeader& mh, uint8_t*
         engine_failed("send a reply", err);
 }
 
+// The requester's send budget is used up: its reply would go past the
+// limits every other sender stops at. An LMS worker waits for room instead.
+bool over_budget(const PeerShared* p) {
+    return load_relaxed(&p->queued_bytes) >=
+               static_cast<uint64_t>(pgrac_send_queue_max_kb) * 1024 ||
+           load_relaxed(&p->queued_msgs) >= static_cast<uint64_t>(pgrac_send_queue_max_messages);
+}
+
+void hand_on(uint8_t* rec, size_t len) {
+    char err[256] = "";
+    if (!guarded([&] { g_engine->hand_to_lms(rec, len); }, err, sizeof err))
+        engine_failed("hand a request to an LMS worker", err);
+}
+
 }  // namespace
 
 void in_place_init(Engine* engine) {
@@ -57,7 +74,8 @@ void in_place_init(Engine* engine) {
 bool serve_in_place(IcShared* shm) {
     bool served = false;
     char err[256] = "";
-    for (int i = 0; i < kBudget; i++) {
+    const uint64_t start = monotonic_ns();
+    for (int i = 0; i < kBudget && monotonic_ns() - start < kBudgetNs; i++) {
         size_t len = 0;
         if (!guarded([&] { len = g_engine->take_in_place(g_record, kRecordMax); }, err, sizeof err))
             engine_failed("take a request", err);
@@ -66,13 +84,17 @@ bool serve_in_place(IcShared* shm) {
         RingPrefix pre;
         std::memcpy(&pre, g_record, sizeof pre);
         PeerShared* peer = peer_shared(shm, pre.node);
+        if (peer != nullptr && over_budget(peer)) {
+            count(&peer->in_place_handoffs);
+            hand_on(g_record, len);
+            continue;
+        }
         if (serve_record(shm, g_record, len, true, send_reply) == Served::Done) {
             if (peer != nullptr) count(&peer->served_in_place);
             continue;
         }
         if (peer != nullptr) count(&peer->in_place_handoffs);
-        if (!guarded([&] { g_engine->hand_to_lms(g_record, len); }, err, sizeof err))
-            engine_failed("hand a request to an LMS worker", err);
+        hand_on(g_record, len);
     }
     return served;
 }

@@ -223,6 +223,7 @@ void pgrac_ic_listener_main(Datum) {
     if (g_engine->wait_fd() >= 0)
         AddWaitEventToSet(set, WL_SOCKET_READABLE, g_engine->wait_fd(), nullptr, nullptr);
 
+    bool serving_in_place = pgrac_serve_in_place;  // as the engine was told
     while (!ShutdownRequestPending) {
         WaitEvent events[3];
         WaitEventSetWait(set, g_engine->next_timeout_ms(), events, 3, PG_WAIT_EXTENSION);
@@ -233,15 +234,21 @@ void pgrac_ic_listener_main(Datum) {
             ProcessConfigFile(PGC_SIGHUP);
             // The start-up rule (timeout at least two heartbeats) holds for
             // reloads too: a peer would otherwise be DOWN between heartbeats.
-            if (!pgrac::glue::guarded(
-                    [] {
-                        g_engine->set_serve_in_place(pgrac_serve_in_place
-                                                         ? pgrac::glue::in_place_types()
-                                                         : std::vector<bool>());
-                    },
-                    err, sizeof err))
-                ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
-                                errmsg("pgrac_ic listener failed: %s", err)));
+            if (pgrac_serve_in_place != serving_in_place) {
+                serving_in_place = pgrac_serve_in_place;
+                if (!pgrac::glue::guarded(
+                        [] {
+                            g_engine->set_serve_in_place(pgrac_serve_in_place
+                                                             ? pgrac::glue::in_place_types()
+                                                             : std::vector<bool>());
+                        },
+                        err, sizeof err))
+                    ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
+                                    errmsg("pgrac_ic listener failed: %s", err)));
+                ereport(LOG, (errmsg("pgrac_ic: cluster.serve_in_place is now %s; it takes "
+                                     "effect once the LMS inboxes are empty",
+                                     serving_in_place ? "on" : "off")));
+            }
             if (pgrac_peer_timeout_ms >= 2 * pgrac_heartbeat_interval_ms)
                 g_engine->set_timing(pgrac_heartbeat_interval_ms, pgrac_peer_timeout_ms);
             else

@@ -11,6 +11,7 @@ extern "C" {
 #include <sys/uio.h>
 
 #include "guc.hpp"
+#include "lms/request_server.hpp"
 #include "ic/atomics.hpp"
 #include "send_path.hpp"
 #include "shmem.hpp"
@@ -71,6 +72,13 @@ bool node_is_known(int node) {
 
 int enqueue_message(int node, uint16_t flags, const MessageHeader& mh, const void* body,
                     uint32_t len, int api_flags, int timeout_ms) {
+    // The listener would wait for itself (a reply, room in a queue it drains).
+    if (serving_in_place())
+        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                        errmsg("a pgrac_ic handler registered in place may not send messages, "
+                               "RPCs, global lock or block requests"),
+                        errhint("Register it without PGRAC_IC_HANDLER_IN_PLACE: an LMS worker "
+                                "may.")));
     IcShared* shm = shared();
     if (shm == nullptr || load_acquire(&shm->listener_ready) == 0) return PGRAC_IC_NOT_RUNNING;
     if (len > PGRAC_IC_MAX_MESSAGE) return PGRAC_IC_TOO_BIG;

@@ -159,6 +159,18 @@ for my $b ([ 64, 500 ], [ 8192, 200 ], [ 65536, 20 ])
 	is($done, $n, "bench $size B x $n over verbs");
 	note "bench tier2 $size B x $n: p50 $p50 us, p99 $p99 us, $ops ops/s";
 }
+# For docs/performance.md: the same 64 B bench with node 2's listener handing
+# the ping to an LMS worker (the path before serving in place), in this boot.
+if ($ENV{PGRAC_RXE_PERF})
+{
+	ok($c->set_serve_in_place(2, 'off', 1), 'node 2: serve_in_place off');
+	my $r = q1(1,
+		"SELECT round(p50_us::numeric, 1) || '|' || round(p99_us::numeric, 1)
+		        || '|' || round(ops_per_sec::numeric) FROM pgrac_ic_bench(2, 64, 500)");
+	my ($p50, $p99, $ops) = split /\|/, $r;
+	note "bench tier2 64 B x 500, serve_in_place off: p50 $p50 us, p99 $p99 us, $ops ops/s";
+	ok($c->set_serve_in_place(2, 'on', 1), 'node 2: serve_in_place on again');
+}
 
 my ($sends1, $recvs1) = split /\|/, q1(1, $verbs_sql);
 cmp_ok($sends1 - $sends0, '>=', 720, 'node 1: verbs send completions grew by the bench');

@@ -94,6 +94,8 @@ void Engine::apply_in_place_change() {
     cfg_.serve_in_place = std::move(next_in_place_);
     next_in_place_.clear();
     in_place_change_ = false;
+    host_.log(Severity::Info, std::string("serving in place is ") +
+                                  (cfg_.serve_in_place.empty() ? "off" : "on") + " from now on");
 }
 
 void Engine::wake_lms_workers() {
@@ -110,11 +112,24 @@ size_t Engine::take_in_place(uint8_t* out, size_t cap) {
         std::vector<uint8_t> rec = std::move(in_place_.front());
         in_place_.pop_front();
         overflow_bytes_ -= rec.size();
-        if (rec.size() <= cap) {
-            std::memcpy(out, rec.data(), rec.size());
-            return rec.size();
+        RingPrefix pre;
+        std::memcpy(&pre, rec.data(), sizeof pre);
+        MessageHeader mh;
+        decode_message_header(rec.data() + sizeof pre, pre.payload_len, &mh);
+        if (rec.size() > cap) {  // cannot happen with the listener's buffer; never hang an RPC
+            if (pre.flags & kFlagRpcRequest) fail_rpc(mh.rpc_id, PGRAC_IC_TOO_BIG);
+            continue;
         }
-        hand_to_lms(rec.data(), rec.size());
+        // Something of this route key waits for an LMS worker (a request
+        // handed on, or the LMS backlog): this one queues behind it.
+        const uint32_t w = mh.route_key % shm_->n_lms;
+        if (lms_busy(w)) {
+            push_to_lms(pre.node, pre.flags, rec.data() + sizeof pre, pre.payload_len);
+            wake_lms_workers();
+            continue;
+        }
+        std::memcpy(out, rec.data(), rec.size());
+        return rec.size();
     }
     return 0;
 }
@@ -125,6 +140,30 @@ void Engine::hand_to_lms(const uint8_t* rec, size_t len) {
     std::memcpy(&pre, rec, sizeof pre);
     if (pre.payload_len != len - sizeof pre) return;
     push_to_lms(pre.node, pre.flags, rec + sizeof pre, pre.payload_len);
+    wake_lms_workers();
+}
+
+bool Engine::lms_busy(uint32_t w) const {
+    return !overflow_[w].empty() || !inbox_ring(shm_, w).empty();
+}
+
+void Engine::hand_all_to_lms(uint32_t w) {
+    handing_ = true;  // its pushes must not call it again
+    for (auto it = in_place_.begin(); it != in_place_.end();) {
+        RingPrefix pre;
+        std::memcpy(&pre, it->data(), sizeof pre);
+        MessageHeader mh;
+        decode_message_header(it->data() + sizeof pre, pre.payload_len, &mh);
+        if (w != ~0u && mh.route_key % shm_->n_lms != w) {
+            ++it;
+            continue;
+        }
+        std::vector<uint8_t> rec = std::move(*it);
+        it = in_place_.erase(it);
+        overflow_bytes_ -= rec.size();
+        push_to_lms(pre.node, pre.flags, rec.data() + sizeof pre, pre.payload_len);
+    }
+    handing_ = false;
     wake_lms_workers();
 }
 
@@ -485,7 +524,8 @@ void Engine::fail_outstanding(uint16_t node, uint32_t status) {
 void Engine::deliver_to_lms(uint16_t src, uint16_t flags, const uint8_t* payload, uint32_t len) {
     MessageHeader mh;
     decode_message_header(payload, len, &mh);
-    if (!served_in_place(mh.msg_type)) {
+    // In place only if nothing of its route key waits for an LMS worker.
+    if (!served_in_place(mh.msg_type) || lms_busy(mh.route_key % shm_->n_lms)) {
         push_to_lms(src, flags, payload, len);
         return;
     }
@@ -496,6 +536,9 @@ void Engine::push_to_lms(uint16_t src, uint16_t flags, const uint8_t* payload, u
     MessageHeader mh;
     decode_message_header(payload, len, &mh);
     const uint32_t w = mh.route_key % shm_->n_lms;
+    // What was held for the owner with this route key arrived first: it goes
+    // to the worker first, so that one key's messages stay in order.
+    if (!in_place_.empty() && !handing_) hand_all_to_lms(w);
     RingPrefix pre{src, flags, len};
     if (overflow_[w].empty()) {
         iovec iov[2] = {{&pre, sizeof pre}, {const_cast<uint8_t*>(payload), len}};

@@ -194,6 +194,11 @@ class Engine final : public tiers::TransportHandler, public HandshakePolicy {
     }
     void wake_lms_workers();
     void apply_in_place_change();
+    // Does LMS worker w have something queued (its inbox or the backlog)?
+    bool lms_busy(uint32_t w) const;
+    // Moves what is held for the owner with route key % n_lms == w (every
+    // worker: ~0u) to the LMS workers, in order.
+    void hand_all_to_lms(uint32_t w);
     // Congestion (engine.cpp): ask a sender to hold off while the LMS backlog is
     // high; honour such a request; send what was held once it expires.
     void signal_backoff(Peer& p);
@@ -259,6 +264,7 @@ class Engine final : public tiers::TransportHandler, public HandshakePolicy {
     std::deque<std::vector<uint8_t>> in_place_;
     std::vector<bool> next_in_place_;  // set_serve_in_place, until it takes effect
     bool in_place_change_ = false;
+    bool handing_ = false;  // hand_all_to_lms is pushing (no recursion)
     size_t overflow_bytes_ = 0;
     uint32_t lms_to_wake_ = 0;  // bitmask
     int64_t next_timer_us_ = 0;

@@ -120,6 +120,9 @@ bool Engine::start(std::string* error) {
 void Engine::shutdown() {
     shutting_down_ = true;
     store_release(&shm_->listener_ready, 0u);
+    // Accepted messages held for the owner are served by the LMS workers:
+    // their inboxes outlive this process.
+    hand_all_to_lms(~0u);
     std::vector<tiers::ConnId> ids;
     for (auto& [id, c] : conns_) ids.push_back(id);
     for (auto id : ids) close_conn(id);

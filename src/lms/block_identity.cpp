@@ -18,6 +18,7 @@ extern "C" {
 #include "catalog/pg_class.h"
 #include "catalog/pg_tablespace_d.h"
 #include "common/relpath.h"
+#include "storage/buf_internals.h"
 #include "storage/bufmgr.h"
 #include "storage/bufpage.h"
 #include "storage/smgr.h"
@@ -29,6 +30,7 @@ extern "C" {
 
 #include "guc.hpp"
 #include "lms/block_identity.hpp"
+#include "lms/request_server.hpp"
 
 namespace pgrac::glue {
 
@@ -48,6 +50,13 @@ struct RowPlace {
 };
 constexpr uint32_t kPlaces = 256;
 RowPlace g_places[kPlaces];
+
+// Serving in place: the last check needed something that would wait.
+bool g_undecided = false;
+bool undecided() {
+    g_undecided = true;
+    return false;
+}
 
 RowPlace* place_of(Oid db, Oid relid) {
     return &g_places[(db * 31u + relid) % kPlaces];
@@ -100,6 +109,8 @@ bool class_storage(Oid db, Oid req_spc, RelFileNode* cls, char** dbpath) {
         *dbpath = nullptr;
         return true;
     }
+    // In place too: once per database (a 512-byte file under a shared
+    // lightweight lock), then remembered until the file changes.
     const Oid datspc = database_tablespace(db, req_spc);
     if (!OidIsValid(datspc)) return false;
     char* path = GetDatabasePath(db, datspc);
@@ -121,6 +132,19 @@ bool class_storage(Oid db, Oid req_spc, RelFileNode* cls, char** dbpath) {
     return true;
 }
 
+// SnapshotSelf's answer from the hint bits alone: 1 visible (inserter
+// committed, no deleter), 0 invisible (inserter aborted, or a committed
+// deleter), -1 undecided.
+int visible_by_hints(uint16 infomask) {
+    if (infomask & HEAP_XMIN_INVALID) return (infomask & HEAP_XMIN_COMMITTED) ? -1 : 0;
+    if (!(infomask & HEAP_XMIN_COMMITTED)) return -1;
+    if (infomask & HEAP_XMAX_INVALID) return 1;
+    if ((infomask & HEAP_XMAX_COMMITTED) && !(infomask & HEAP_XMAX_IS_MULTI) &&
+        !HEAP_XMAX_IS_LOCKED_ONLY(infomask))
+        return 0;
+    return -1;
+}
+
 // The tuple at off of a share-locked pg_class page, if it is relid's valid row.
 bool row_at(Buffer buf, BlockNumber blk, OffsetNumber off, Oid relid, ClassRow* out) {
     const Page page = BufferGetPage(buf);
@@ -135,9 +159,78 @@ bool row_at(Buffer buf, BlockNumber blk, OffsetNumber off, Oid relid, ClassRow* 
     if (tup.t_len < tup.t_data->t_hoff + offsetof(FormData_pg_class, relpersistence) + 1)
         return false;
     const Form_pg_class c = reinterpret_cast<Form_pg_class>(GETSTRUCT(&tup));
-    if (c->oid != relid || !HeapTupleSatisfiesVisibility(&tup, SnapshotSelf, buf)) return false;
+    if (c->oid != relid) return false;
+    if (serving_in_place()) {
+        // Only what the hint bits decide; anything else may need clog or
+        // multixact reads (an LMS worker checks).
+        const int v = visible_by_hints(tup.t_data->t_infomask);
+        if (v < 0) return undecided();
+        if (v == 0) return false;
+    } else if (!HeapTupleSatisfiesVisibility(&tup, SnapshotSelf, buf)) {
+        return false;
+    }
     *out = ClassRow{true, c->relfilenode, c->reltablespace, c->relkind, c->relpersistence};
     return true;
+}
+
+// Serving in place: looks at one pg_class page (every offset if off is 0),
+// only if it is in the buffer pool and free to share-lock now. 1 found (off
+// set), 0 not there, -1 undecided.
+int look_in_place(SMgrRelation sr, RelFileNode cls, BlockNumber blk, OffsetNumber* off, Oid relid,
+                  ClassRow* row) {
+    const PrefetchBufferResult r = PrefetchSharedBuffer(sr, MAIN_FORKNUM, blk);
+    if (!BufferIsValid(r.recent_buffer) ||
+        !ReadRecentBuffer(cls, MAIN_FORKNUM, blk, r.recent_buffer))
+        return (undecided(), -1);
+    if (!LWLockConditionalAcquire(
+            BufferDescriptorGetContentLock(GetBufferDescriptor(r.recent_buffer - 1)), LW_SHARED)) {
+        ReleaseBuffer(r.recent_buffer);
+        return (undecided(), -1);
+    }
+    int found = 0;
+    const OffsetNumber first = *off != 0 ? *off : FirstOffsetNumber;
+    const OffsetNumber last =
+        *off != 0 ? *off : PageGetMaxOffsetNumber(BufferGetPage(r.recent_buffer));
+    for (OffsetNumber o = first; o <= last && found == 0 && !g_undecided; o++) {
+        if (row_at(r.recent_buffer, blk, o, relid, row)) {
+            *off = o;
+            found = 1;
+        }
+    }
+    UnlockReleaseBuffer(r.recent_buffer);
+    return g_undecided ? -1 : found;
+}
+
+// Serving in place: where the row was last, else a scan of at most
+// kInPlaceScanPages pages, each in the buffer pool and free to share-lock
+// now. Undecided otherwise, and when the row is not found (an LMS worker
+// reads every page before it says a relation does not exist).
+constexpr BlockNumber kInPlaceScanPages = 64;
+ClassRow find_row_in_place(SMgrRelation sr, RelFileNode cls, Oid relid, BlockNumber nblocks,
+                           RowPlace* p) {
+    ClassRow row{};
+    if (p->db == cls.dbNode && p->relid == relid && p->classfile == cls.relNode &&
+        p->blk < nblocks) {
+        OffsetNumber off = p->off;
+        const int r = look_in_place(sr, cls, p->blk, &off, relid, &row);
+        if (r == 1) return row;
+        if (r < 0) return row;
+    }
+    if (nblocks > kInPlaceScanPages) {
+        undecided();
+        return row;
+    }
+    for (BlockNumber blk = 0; blk < nblocks; blk++) {
+        OffsetNumber off = 0;
+        const int r = look_in_place(sr, cls, blk, &off, relid, &row);
+        if (r < 0) return row;
+        if (r == 1) {
+            *p = RowPlace{cls.dbNode, relid, cls.relNode, blk, off};
+            return row;
+        }
+    }
+    undecided();
+    return row;
 }
 
 // relid's valid row in the pg_class stored in cls: first where it was last
@@ -147,6 +240,7 @@ ClassRow find_row(RelFileNode cls, Oid relid) {
     SMgrRelation sr = smgropen(cls, InvalidBackendId);
     const BlockNumber nblocks = smgrnblocks(sr, MAIN_FORKNUM);
     RowPlace* p = place_of(cls.dbNode, relid);
+    if (serving_in_place()) return find_row_in_place(sr, cls, relid, nblocks, p);
     if (p->db == cls.dbNode && p->relid == relid && p->classfile == cls.relNode &&
         p->blk < nblocks) {
         const Buffer buf =
@@ -175,6 +269,7 @@ ClassRow find_row(RelFileNode cls, Oid relid) {
 // nullptr if rnode is relid's storage in db, else why not (palloc'd).
 char* mismatch(Oid db, Oid relid, RelFileNode rnode) {
     if (db == InvalidOid) {
+        if (serving_in_place()) return (undecided(), nullptr);  // the global map: lock and I/O
         // Shared relations are all catalogs, all mapped (relmapper.c).
         char* global = GetDatabasePath(InvalidOid, GLOBALTABLESPACE_OID);
         if (rnode.spcNode == GLOBALTABLESPACE_OID && rnode.dbNode == InvalidOid &&
@@ -186,13 +281,16 @@ char* mismatch(Oid db, Oid relid, RelFileNode rnode) {
     RelFileNode cls;
     char* dbpath = nullptr;
     if (rnode.dbNode != db || rnode.spcNode == GLOBALTABLESPACE_OID ||
-        !class_storage(db, rnode.spcNode, &cls, &dbpath))
+        !class_storage(db, rnode.spcNode, &cls, &dbpath)) {
+        if (g_undecided) return nullptr;
         return psprintf(
             "database %u of block request %u/%u/%u does not exist on node %d "
             "(or its default tablespace is neither pg_default nor %u)",
             db, rnode.spcNode, rnode.dbNode, rnode.relNode, pgrac_node_id, rnode.spcNode);
+    }
     const Oid datspc = cls.spcNode;
     const ClassRow row = find_row(cls, relid);
+    if (g_undecided) return nullptr;
     if (!row.found)
         return psprintf("relation %u does not exist in database %u on node %d", relid, db,
                         pgrac_node_id);
@@ -202,6 +300,7 @@ char* mismatch(Oid db, Oid relid, RelFileNode rnode) {
             "shipped",
             relid, db, pgrac_node_id,
             row.relkind == RELKIND_SEQUENCE ? "sequence" : "temporary relation");
+    if (!OidIsValid(row.relfilenode) && serving_in_place()) return (undecided(), nullptr);
     if (!OidIsValid(row.relfilenode) && dbpath == nullptr) dbpath = GetDatabasePath(db, datspc);
     const Oid file = OidIsValid(row.relfilenode)
                          ? row.relfilenode
@@ -216,18 +315,26 @@ char* mismatch(Oid db, Oid relid, RelFileNode rnode) {
 
 }  // namespace
 
-void verify_block_identity(Oid db, Oid relid, RelFileNode rnode) {
+bool verify_block_identity(Oid db, Oid relid, RelFileNode rnode) {
+    g_undecided = false;
     char* why = mismatch(db, relid, rnode);
     // A multixact xmax looked up above registers this process as a reader
     // of multixacts; the LMS runs no transaction whose end would clear it.
     AtEOXact_MultiXact();
+    if (g_undecided) return false;
     if (why != nullptr) ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE), errmsg("%s", why)));
+    return true;
 }
 
 bool block_identity_holds(Oid db, Oid relid, RelFileNode rnode) {
+    g_undecided = false;
     const bool holds = mismatch(db, relid, rnode) == nullptr;
     AtEOXact_MultiXact();
-    return holds;
+    return holds && !g_undecided;
+}
+
+bool block_identity_undecided() {
+    return g_undecided;
 }
 
 void reset_block_identity_cache() {

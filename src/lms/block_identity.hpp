@@ -14,11 +14,16 @@ namespace pgrac::glue {
 // db (db 0: a shared catalog) and relid is a permanent relation whose blocks
 // may be shipped (not a sequence, not temporary). Call with the relation
 // locked and CurrentResourceOwner set: it pins buffers of pg_class.
-void verify_block_identity(Oid db, Oid relid, RelFileNode rnode);
+// Serving in place (the listener, serving_in_place()), it never waits: it
+// answers only from what it remembers and what is in the buffer pool, with
+// pg_class rows whose hint bits decide their visibility; otherwise it returns
+// false (undecided: the caller declines, and an LMS worker checks).
+bool verify_block_identity(Oid db, Oid relid, RelFileNode rnode);
 
 // The same test, false instead of an error (after the read: has a DDL slipped
-// in?).
+// in?). In place, block_identity_undecided() says whether it could not tell.
 bool block_identity_holds(Oid db, Oid relid, RelFileNode rnode);
+bool block_identity_undecided();
 
 // Forgets where rows were found (after an error: a moved database, a
 // rewritten pg_class).

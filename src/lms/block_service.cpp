@@ -81,7 +81,8 @@ Buffer pin_and_share_lock(SMgrRelation sr, RelFileNode rnode, ForkNumber forknum
 __attribute__((noinline)) bool copy_blocks(SMgrRelation sr, RelFileNode rnode, ForkNumber forknum,
                                            BlockNumber first, uint32_t n, uint8_t* p) {
     // palloc'd in the request's memory context, which is reset after it.
-    BufferAccessStrategy strategy = n > 1 ? GetAccessStrategy(BAS_BULKREAD) : nullptr;
+    BufferAccessStrategy strategy =
+        n > 1 && !serving_in_place() ? GetAccessStrategy(BAS_BULKREAD) : nullptr;
     for (uint32_t i = 0; i < n; i++) {
         const Buffer buf = pin_and_share_lock(sr, rnode, forknum, first + i, strategy);
         if (!BufferIsValid(buf)) return false;
@@ -149,7 +150,10 @@ __attribute__((noinline)) int read_blocks(Oid db, Oid relid, RelFileNode rnode, 
     // committed (the catalog says so: refused) or cannot commit before we
     // release the lock. PostgreSQL unlinks files after releasing locks and
     // relies on readers consulting the catalog; this is that consultation.
-    verify_block_identity(db, relid, rnode);
+    if (!verify_block_identity(db, relid, rnode)) {
+        decline_in_place();  // in place, and the check would have to wait
+        return PGRAC_IC_OK;
+    }
     SMgrRelation sr = smgropen(rnode, InvalidBackendId);
     if (!smgrexists(sr, forknum))
         ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
@@ -179,7 +183,12 @@ __attribute__((noinline)) int read_blocks(Oid db, Oid relid, RelFileNode rnode, 
     // Only a DDL that does not conflict with AccessShareLock could have
     // changed the relation meanwhile (docs/cache_fusion.md): never ship what
     // it replaced.
-    if (!block_identity_holds(db, relid, rnode))
+    const bool holds = block_identity_holds(db, relid, rnode);
+    if (block_identity_undecided()) {
+        decline_in_place();
+        return PGRAC_IC_OK;
+    }
+    if (!holds)
         ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
                         errmsg("relation %u of database %u changed on node %d while its blocks "
                                "were read, retry",

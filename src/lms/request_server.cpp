@@ -149,6 +149,9 @@ Served serve_record(IcShared* shm, const uint8_t* rec, size_t len, bool in_place
         status = PGRAC_IC_REPLY_TOO_BIG;
         reply.len = 0;
     }
+    // A handler may point reply->body at its own buffer: the reply leaves from ours.
+    if (reply.len > 0 && reply.body != g_reply_body)
+        std::memmove(g_reply_body, reply.body, reply.len);
     MessageHeader rh = mh;
     rh.status = static_cast<uint16_t>(status);
     rh.epoch = load_relaxed(&shm->epoch);

@@ -58,7 +58,7 @@ mkdir -p \$RXEVM_OUT/log
 ( while sleep 15; do cp -r \$w/src/tmp_check/log/. \$RXEVM_OUT/log/ 2>/dev/null; done ) &
 copier=\$!
 as_pg env RXEVM=1 PGRAC_RDMA_ADDR=\$RXEVM_IPADDR PG_TEST_TIMEOUT_DEFAULT=${PGRAC_VM_TEST_TIMEOUT:-30} \
-    PGRAC_TEST_TIER='${PGRAC_TEST_TIER:-}' PGRAC_TEST_CONF='${PGRAC_TEST_CONF:-}' \
+    PGRAC_TEST_TIER='${PGRAC_TEST_TIER:-}' PGRAC_TEST_CONF='${PGRAC_TEST_CONF:-}' PGRAC_RXE_PERF='${PGRAC_RXE_PERF:-}' \
     make -C \$w/src installcheck REGRESS= PROVE_TESTS='$tests' PROVE_FLAGS='--timer -v' \
     >> \$RXEVM_OUT/tap.log 2>&1
 echo \$? > \$RXEVM_OUT/rc

@@ -89,5 +89,60 @@ TEST_F(EngineTest, ServingInPlaceChangesOnlyOnceTheInboxesAreEmpty) {
     EXPECT_EQ(b.received.size(), 2u);
 }
 
+// One route key's messages stay in order across the two paths.
+TEST_F(EngineTest, ARequestBehindItsRouteKeysInboxGoesToTheLms) {
+    make(2, serve_rpcs_in_place);
+    bring_up();
+    TestNode& a = node(1);
+    TestNode& b = node(2);
+    b.serve = false;
+    ASSERT_TRUE(a.send(2, kStreamType, 9, stream_body(0)));  // waits in inbox 9 % n
+    ASSERT_TRUE(pump([&] { return load_relaxed(&b.peer(1).msgs_recv) == 1; }));
+    ASSERT_TRUE(a.send(2, kRpcType, 9, stream_body(1)));  // would overtake it in place
+    ASSERT_TRUE(pump([&] { return load_relaxed(&b.peer(1).msgs_recv) == 2; }));
+    EXPECT_TRUE(b.served_in_place.empty());
+    b.serve = true;
+    ASSERT_TRUE(pump([&] { return b.received.size() == 2; }));
+    EXPECT_EQ(b.received[0].mh.msg_type, kStreamType);
+    EXPECT_EQ(b.received[1].mh.msg_type, kRpcType);
+}
+
+TEST_F(EngineTest, AHeldRequestGoesToTheLmsBeforeALaterMessageOfItsRouteKey) {
+    make(2, serve_rpcs_in_place);
+    bring_up();
+    TestNode& a = node(1);
+    TestNode& b = node(2);
+    b.owner_serves = false;  // the owner is busy: the request stays held
+    b.serve = false;
+    ASSERT_TRUE(a.send(2, kRpcType, 9, stream_body(0)));
+    ASSERT_TRUE(pump([&] { return load_relaxed(&b.peer(1).msgs_recv) == 1; }));
+    ASSERT_TRUE(a.send(2, kStreamType, 9, stream_body(1)));  // for the LMS, same key
+    ASSERT_TRUE(pump([&] { return load_relaxed(&b.peer(1).msgs_recv) == 2; }));
+    b.serve = true;
+    b.owner_serves = true;
+    ASSERT_TRUE(pump([&] { return b.received.size() == 2; }));
+    EXPECT_EQ(b.received[0].mh.msg_type, kRpcType) << "the held one first";
+    EXPECT_EQ(b.received[1].mh.msg_type, kStreamType);
+    EXPECT_TRUE(b.served_in_place.empty());
+}
+
+TEST_F(EngineTest, ShutdownHandsWhatIsHeldToTheLmsInboxes) {
+    make(2, serve_rpcs_in_place);
+    bring_up();
+    TestNode& a = node(1);
+    TestNode& b = node(2);
+    b.owner_serves = false;
+    b.serve = false;
+    for (uint32_t i = 0; i < 3; i++) ASSERT_TRUE(a.send(2, kRpcType, i, stream_body(i)));
+    ASSERT_TRUE(pump([&] { return load_relaxed(&b.peer(1).msgs_recv) == 3; }));
+    uint64_t pushed = 0;
+    for (uint32_t w = 0; w < b.shm()->n_lms; w++) pushed += inbox_ring(b.shm(), w).pushed();
+    EXPECT_EQ(pushed, 0u) << "held for the owner";
+    b.engine().shutdown();
+    pushed = 0;
+    for (uint32_t w = 0; w < b.shm()->n_lms; w++) pushed += inbox_ring(b.shm(), w).pushed();
+    EXPECT_EQ(pushed, 3u) << "accepted messages outlive the listener in the inboxes";
+}
+
 }  // namespace
 }  // namespace pgrac::ic::enginetest

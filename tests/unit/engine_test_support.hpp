@@ -374,8 +374,10 @@ class TestNode {
     // EngineConfig::serve_in_place: echoes RPCs, or with hand_to_lms set gives
     // the request to the LMS workers as a handler that would block does.
     bool hand_to_lms = false;
+    bool owner_serves = true;  // false: leave requests held in the engine
     std::vector<Received> served_in_place;
     bool serve_owner() {
+        if (!owner_serves) return false;
         bool any = false;
         std::vector<uint8_t> rec(sizeof(RingPrefix) + kMessageHeaderSize + PGRAC_IC_MAX_MESSAGE);
         while (size_t len = engine_->take_in_place(rec.data(), rec.size())) {
