@@ -1,14 +1,19 @@
 # shellcheck shell=bash
-# Shared by the benchmark scripts (run_tier3.sh, run_lms.sh): a temporary
-# two-instance tier3 cluster on 127.0.0.1, made from one initdb'd base
-# directory (copies share the system identifier), and its cleanup.
+# Shared by the benchmark scripts (run_tier3.sh, run_lms.sh, run_scaling.sh): a
+# temporary tier3 cluster on 127.0.0.1, made from one initdb'd base directory
+# (copies share the system identifier), and its cleanup.
 #
 # Source it after option parsing. The script sets before sourcing:
 #   BENCH_NAME   prefix of log lines, e.g. run_tier3
 #   PGBIN, PGUSER_OS, MAX_SECONDS, SRC_DIR, BUILD_DIR
 # and may define cluster_on_exit (run by the exit trap before the temporary
 # directory is removed, e.g. to keep logs).
-# Then: cluster_traps; cluster_ports; cluster_init PREFIX; start_node N PORT [CONF].
+# Then, two instances: cluster_traps; cluster_ports; cluster_init PREFIX;
+# start_node N PORT [CONF]; wait_peers_up.
+# N instances: cluster_ports_n N (arrays PGP and ICP, 1..N) before
+# cluster_init; start_node I "${PGP[I]}" for each; wait_all_up "${PGP[@]:1}";
+# stop_nodes TAG ends them, and cluster_ports_n M then starts another cluster
+# from the same base.
 
 log() { echo "[$BENCH_NAME $(date +%H:%M:%S)] $*" >&2; }
 as_pg() { runuser -u "$PGUSER_OS" -- "$@"; }
@@ -77,6 +82,26 @@ cluster_ports() {
     PG2=$(pick_port 56000 56999 "$PG1")
     IC1=$(pick_port 57000 57999)
     IC2=$(pick_port 57000 57999 "$IC1")
+    log "postgres ports $PG1/$PG2, interconnect ports $IC1/$IC2"
+}
+# cluster_ports_n N: PGP[1..N] and ICP[1..N], the postgres and interconnect
+# ports of N instances (PG1/PG2/IC1/IC2 the first two), and CLUSTER_NODES, the
+# cluster.nodes setting that start_node gives them.
+PGP=()
+ICP=()
+CLUSTER_NODES=""
+cluster_ports_n() {
+    local n=$1 i
+    PGP=("")
+    ICP=("")
+    CLUSTER_NODES=""
+    for i in $(seq 1 "$n"); do
+        PGP[i]=$(pick_port 56000 56999 "${PGP[@]}")
+        ICP[i]=$(pick_port 57000 57999 "${ICP[@]}")
+        CLUSTER_NODES+="${CLUSTER_NODES:+,}$i@127.0.0.1:${ICP[i]}"
+    done
+    PG1=${PGP[1]} PG2=${PGP[2]:-} IC1=${ICP[1]} IC2=${ICP[2]:-}
+    log "$n instances: postgres ports ${PGP[*]:1}, interconnect ports ${ICP[*]:1}"
 }
 
 # cluster_init PREFIX: WORK=/tmp/PREFIX-XXXX (postgres-owned, 0700) with the
@@ -85,7 +110,7 @@ cluster_init() {
     WORK=$(mktemp -d "/tmp/$1-XXXX")
     chown "$PGUSER_OS": "$WORK"
     chmod 700 "$WORK"
-    log "cluster in $WORK: postgres ports $PG1/$PG2, interconnect ports $IC1/$IC2"
+    log "cluster in $WORK"
     as_pg bash -c "umask 077; openssl rand -hex 32 > '$WORK/key'"
     chmod 600 "$WORK/key"
     as_pg "$PGBIN/initdb" -D "$WORK/base" -A trust -U postgres --no-sync >"$WORK/initdb.log" 2>&1
@@ -104,7 +129,7 @@ unix_socket_directories = '$WORK'
 shared_preload_libraries = 'pgrac_ic'
 cluster.interconnect_tier = tier3
 cluster.node_id = $n
-cluster.nodes = '1@127.0.0.1:$IC1,2@127.0.0.1:$IC2'
+cluster.nodes = '${CLUSTER_NODES:-1@127.0.0.1:$IC1,2@127.0.0.1:$IC2}'
 cluster.auth_key_file = '$WORK/key'
 fsync = off
 ${3:-}
@@ -118,28 +143,53 @@ psql_n() {  # psql_n PGPORT SQL
         -d postgres -c "$2"
 }
 
+# stop_nodes TAG: stops every instance started so far (fast shutdown), keeps
+# their logs as nI-TAG.log and removes their data directories.
+stop_nodes() {
+    local d n
+    for d in "${STARTED[@]}"; do
+        as_pg "$PGBIN/pg_ctl" -D "$d" -m fast -w -t 60 stop >/dev/null 2>&1 ||
+            as_pg "$PGBIN/pg_ctl" -D "$d" -m immediate -w -t 30 stop >/dev/null 2>&1 || true
+        n=${d##*/n}
+        if [[ -f "$WORK/n$n.log" ]]; then mv "$WORK/n$n.log" "$WORK/n$n-$1.log"; fi
+        rm -rf "$d"
+    done
+    STARTED=()
+}
+
 # Waits up to 60 s for both instances to see each other UP.
-wait_peers_up() {
-    local i s1 s2
+wait_peers_up() { wait_all_up "$PG1" "$PG2"; }
+
+# wait_all_up PGPORT...: waits up to 60 s until every instance sees every
+# other one UP, then (builds with the membership view) up to 60 s until each
+# is a member of one view of them all.
+wait_all_up() {
+    local n=$# i p s ok
     for i in $(seq 1 120); do
-        s1=$(psql_n "$PG1" "SELECT state FROM pg_cluster_ic_peers WHERE node_id = 2" || true)
-        s2=$(psql_n "$PG2" "SELECT state FROM pg_cluster_ic_peers WHERE node_id = 1" || true)
-        [[ "$s1" == UP && "$s2" == UP ]] && break
-        [[ $i -eq 120 ]] && { echo "peers not UP after 60 s (node1: $s1, node2: $s2)" >&2; exit 1; }
+        ok=1 s=""
+        for p in "$@"; do
+            s=$(psql_n "$p" "SELECT count(*) FROM pg_cluster_ic_peers
+                             WHERE NOT is_self AND state = 'UP'" || true)
+            [[ "$s" == "$((n - 1))" ]] || { ok=0; break; }
+        done
+        [[ $ok -eq 1 ]] && break
+        [[ $i -eq 120 ]] && { echo "peers not UP after 60 s (port $p sees $s of $((n - 1)) UP)" >&2; exit 1; }
         sleep 0.5
     done
-    # Global locks are served once both are members of one view (builds that
+    # Global locks are served once all are members of one view (builds that
     # have the membership view; older ones serve at once).
-    local q="SELECT coalesce((SELECT state = 'member' AND lease_valid AND cardinality(members) = 2
+    local q="SELECT coalesce((SELECT state = 'member' AND lease_valid AND cardinality(members) = $n
                               FROM pg_cluster_membership), true)"
-    [[ $(psql_n "$PG1" "SELECT to_regclass('pg_cluster_membership') IS NOT NULL") == t ]] ||
+    [[ $(psql_n "$1" "SELECT to_regclass('pg_cluster_membership') IS NOT NULL") == t ]] ||
         return 0
     for i in $(seq 1 120); do
-        s1=$(psql_n "$PG1" "$q" || true)
-        s2=$(psql_n "$PG2" "$q" || true)
-        [[ "$s1" == t && "$s2" == t ]] && return 0
+        ok=1
+        for p in "$@"; do
+            [[ $(psql_n "$p" "$q" || true) == t ]] || { ok=0; break; }
+        done
+        [[ $ok -eq 1 ]] && return 0
         sleep 0.5
     done
-    echo "no membership view of both nodes after 60 s" >&2
+    echo "no membership view of all $n nodes after 60 s" >&2
     exit 1
 }

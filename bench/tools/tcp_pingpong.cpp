@@ -23,6 +23,20 @@
 // messages. Prints one line per size (MB = 10^6 payload bytes):
 //   tcp_pingpong mode=stream size=64 messages=N seconds=.. msgs_per_sec=..
 //                mbytes_per_sec=..
+//
+// --connections C --seconds S: C concurrent requesters (threads of the client
+// process, each with its own connection and its own forked echo server
+// process) ping-pong one size back to back for S seconds, after --warmup round
+// trips each; all start together once every connection is up. Prints one line
+// with the percentiles over all requesters' samples and the aggregate rate
+// (round trips of all requesters over the time from the start to the last
+// requester's end):
+//   tcp_pingpong mode=blocking connections=C size=64 seconds=.. samples=..
+//                p50_us=.. p99_us=.. p999_us=.. mean_us=.. ops_per_sec=..
+//
+// --idle K: the client also holds K connections open that carry nothing (an
+// echo server process each), so that it holds as many connections as an
+// interconnect process it is compared with; with or without --connections.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -31,13 +45,17 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "latency_stats.hpp"
@@ -55,7 +73,10 @@ struct Options {
     bool server_only = false;
     bool client_only = false;
     bool busy_poll = false;
-    long stream = 0;  // --stream N: messages per stream; 0 = ping-pong
+    long stream = 0;      // --stream N: messages per stream; 0 = ping-pong
+    int connections = 0;  // --connections C: concurrent requesters; 0 = one, --iterations
+    double seconds = 5;   // --seconds S: how long the requesters run
+    int idle = 0;         // --idle K: connections held open that carry nothing
 };
 
 // --busy-poll: both sides spin on nonblocking recv() instead of sleeping in
@@ -77,7 +98,8 @@ constexpr uint32_t kStreamBit = 0x80000000u;
     std::fprintf(stderr,
                  "usage: tcp_pingpong [--sizes 64,8192] [--iterations N] [--warmup N]\n"
                  "                    [--host 127.0.0.1] [--port P] [--busy-poll]\n"
-                 "                    [--stream N] [--server | --client]\n");
+                 "                    [--stream N] [--server | --client]\n"
+                 "                    [--connections C --seconds S] [--idle K]\n");
     std::exit(2);
 }
 
@@ -134,7 +156,7 @@ int listen_on(const std::string& host, int port, int* bound_port) {
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     sockaddr_in a = make_addr(host, port);
     if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) die("bind");
-    if (listen(fd, 4) != 0) die("listen");
+    if (listen(fd, 128) != 0) die("listen");
     socklen_t len = sizeof a;
     if (getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) die("getsockname");
     *bound_port = ntohs(a.sin_port);
@@ -164,11 +186,10 @@ bool sink_stream(int fd, uint32_t size, std::vector<uint8_t>& buf) {
     return true;
 }
 
-// Echo server: the client first sends the message size as 4 bytes, then
-// ping-pongs (or streams, kStreamBit); a size of 0 ends the connection.
-void serve(int lfd) {
-    const int fd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) die("accept");
+// Echo server of one connection: the client first sends the message size as 4
+// bytes, then ping-pongs (or streams, kStreamBit); a size of 0 ends the
+// connection.
+void serve_conn(int fd) {
     set_nodelay(fd);
     std::vector<uint8_t> buf(kMaxSize);
     for (;;) {
@@ -194,6 +215,142 @@ void serve(int lfd) {
         }
     }
     close(fd);
+}
+
+void serve(int lfd) {
+    const int fd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) die("accept");
+    serve_conn(fd);
+}
+
+// --connections, --idle: a process that accepts count connections and forks
+// an echo server process for each, then waits for them all.
+pid_t fork_echo_servers(int lfd, int count) {
+    const pid_t acceptor = fork();
+    if (acceptor < 0) die("fork");
+    if (acceptor > 0) return acceptor;
+    for (int i = 0; i < count; i++) {
+        const int fd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+        if (fd < 0) die("accept");
+        const pid_t child = fork();
+        if (child < 0) die("fork");
+        if (child == 0) {
+            close(lfd);
+            serve_conn(fd);
+            _exit(0);
+        }
+        close(fd);
+    }
+    close(lfd);
+    int status = 0;
+    bool ok = true;
+    while (wait(&status) > 0) ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    _exit(ok ? 0 : 1);
+}
+
+int connect_to(const std::string& host, int port) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) die("socket");
+    sockaddr_in a = make_addr(host, port);
+    int tries = 0;
+    while (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+        if (++tries > 100) die("connect");
+        usleep(20000);
+    }
+    set_nodelay(fd);
+    return fd;
+}
+
+// One ping-pong round trip of size bytes; exits if the echo differs.
+void round_trip(int fd, const std::vector<uint8_t>& out, std::vector<uint8_t>& in, size_t size) {
+    write_full(fd, out.data(), size);
+    if (!read_full(fd, in.data(), size)) {
+        std::fprintf(stderr, "tcp_pingpong: server closed the connection\n");
+        std::exit(2);
+    }
+}
+
+// Ends a ping-pong round on fd (the 0xff 0xfe message) and the connection.
+void end_connection(int fd, const std::vector<uint8_t>& out, std::vector<uint8_t>& in,
+                    size_t size) {
+    std::vector<uint8_t> last(out.begin(), out.begin() + static_cast<long>(size));
+    last[0] = 0xff;
+    last[1] = 0xfe;
+    write_full(fd, last.data(), size);
+    read_full(fd, in.data(), size);
+    const uint32_t zero = 0;
+    write_full(fd, reinterpret_cast<const uint8_t*>(&zero), sizeof zero);
+    close(fd);
+}
+
+// --connections C --seconds S: C requester threads ping-pong back to back.
+void run_requesters(const Options& o, int port) {
+    const size_t size = o.sizes.front();
+    const int n = o.connections;
+    std::mutex mu;
+    std::condition_variable cv;
+    int ready = 0;
+    bool go = false;
+    uint64_t deadline = 0;
+    std::vector<std::vector<uint64_t>> samples(static_cast<size_t>(n));
+    std::vector<uint64_t> ends(static_cast<size_t>(n));
+    std::vector<std::thread> threads;
+    for (int t = 0; t < n; t++) {
+        threads.emplace_back([&, t] {
+            const int fd = connect_to(o.host, port);
+            std::vector<uint8_t> out(size), in(size);
+            for (size_t i = 0; i < size; i++) out[i] = static_cast<uint8_t>(i * 131 + 7 + t);
+            out[0] = 0x01;
+            const uint32_t s32 = static_cast<uint32_t>(size);
+            write_full(fd, reinterpret_cast<const uint8_t*>(&s32), sizeof s32);
+            for (int i = 0; i < o.warmup; i++) round_trip(fd, out, in, size);
+            uint64_t stop = 0;
+            {
+                std::unique_lock<std::mutex> lock(mu);
+                ready++;
+                cv.notify_all();
+                cv.wait(lock, [&] { return go; });
+                stop = deadline;
+            }
+            std::vector<uint64_t>& mine = samples[static_cast<size_t>(t)];
+            mine.reserve(1 << 16);
+            for (;;) {
+                const uint64_t t0 = now_ns();
+                round_trip(fd, out, in, size);
+                const uint64_t t1 = now_ns();
+                mine.push_back(t1 - t0);
+                if (t1 >= stop) break;
+            }
+            ends[static_cast<size_t>(t)] = now_ns();
+            if (std::memcmp(in.data(), out.data(), size) != 0) {
+                std::fprintf(stderr, "tcp_pingpong: echo differs from what was sent\n");
+                std::exit(2);
+            }
+            end_connection(fd, out, in, size);
+        });
+    }
+    uint64_t start = 0;
+    {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return ready == n; });
+        start = now_ns();
+        deadline = start + static_cast<uint64_t>(o.seconds * 1e9);
+        go = true;
+    }
+    cv.notify_all();
+    for (std::thread& th : threads) th.join();
+    std::vector<uint64_t> all;
+    for (const std::vector<uint64_t>& v : samples) all.insert(all.end(), v.begin(), v.end());
+    const uint64_t end = *std::max_element(ends.begin(), ends.end());
+    const int count = static_cast<int>(all.size());
+    const pgrac::bench::LatencySummary s = pgrac::bench::summarize_latency(all);
+    std::printf(
+        "tcp_pingpong mode=%s connections=%d size=%zu seconds=%.2f samples=%d p50_us=%.2f "
+        "p99_us=%.2f p999_us=%.2f mean_us=%.2f ops_per_sec=%.0f\n",
+        o.busy_poll ? "busy-poll" : "blocking", n, size, static_cast<double>(end - start) / 1e9,
+        count, s.p50_us, s.p99_us, s.p999_us, s.mean_us,
+        pgrac::bench::ops_per_sec(count, end - start));
+    std::fflush(stdout);
 }
 
 // One stream of count messages of size bytes; returns the ns from the first
@@ -225,15 +382,7 @@ void run_stream_client(const Options& o, int fd, const std::vector<uint8_t>& out
 }
 
 void run_client(const Options& o, int port) {
-    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) die("socket");
-    sockaddr_in a = make_addr(o.host, port);
-    int tries = 0;
-    while (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-        if (++tries > 100) die("connect");
-        usleep(20000);
-    }
-    set_nodelay(fd);
+    const int fd = connect_to(o.host, port);
     std::vector<uint8_t> out(kMaxSize), in(kMaxSize);
     for (size_t i = 0; i < kMaxSize; i++) out[i] = static_cast<uint8_t>(i * 131 + 7);
     out[0] = 0x01;
@@ -317,6 +466,15 @@ Options parse(int argc, char** argv) {
         } else if (a == "--stream") {
             o.stream = std::strtol(value().c_str(), nullptr, 10);
             if (o.stream < 1 || o.stream > 1000000000L) usage();
+        } else if (a == "--connections") {
+            o.connections = std::atoi(value().c_str());
+            if (o.connections < 1 || o.connections > 1024) usage();
+        } else if (a == "--seconds") {
+            o.seconds = std::strtod(value().c_str(), nullptr);
+            if (!(o.seconds > 0 && o.seconds <= 3600)) usage();
+        } else if (a == "--idle") {
+            o.idle = std::atoi(value().c_str());
+            if (o.idle < 0 || o.idle > 1024) usage();
         } else if (a == "--server") {
             o.server_only = true;
         } else if (a == "--client") {
@@ -328,6 +486,10 @@ Options parse(int argc, char** argv) {
     if (o.iterations < 1 || o.warmup < 0 || o.sizes.empty() || (o.server_only && o.client_only))
         usage();
     if (o.client_only && o.port == 0) usage();
+    // --connections and --idle: one binary does both sides, one size, round trips.
+    if ((o.connections > 0 || o.idle > 0) && (o.server_only || o.client_only || o.stream > 0 ||
+                                              (o.connections > 0 && o.sizes.size() != 1)))
+        usage();
     return o;
 }
 
@@ -347,14 +509,25 @@ int main(int argc, char** argv) {
         serve(lfd);
         return 0;
     }
-    const pid_t child = fork();
-    if (child < 0) die("fork");
-    if (child == 0) {
-        serve(lfd);
-        _exit(0);
+    pid_t child = 0;
+    if (o.connections > 0 || o.idle > 0) {
+        child = fork_echo_servers(lfd, std::max(o.connections, 1) + o.idle);
+    } else {
+        child = fork();
+        if (child < 0) die("fork");
+        if (child == 0) {
+            serve(lfd);
+            _exit(0);
+        }
     }
     close(lfd);
-    run_client(o, port);
+    std::vector<int> idle;
+    for (int i = 0; i < o.idle; i++) idle.push_back(connect_to(o.host, port));
+    if (o.connections > 0)
+        run_requesters(o, port);
+    else
+        run_client(o, port);
+    for (int fd : idle) close(fd);
     int status = 0;
     waitpid(child, &status, 0);
     return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
