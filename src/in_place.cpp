@@ -84,7 +84,7 @@ bool serve_in_place(IcShared* shm) {
         RingPrefix pre;
         std::memcpy(&pre, g_record, sizeof pre);
         PeerShared* peer = peer_shared(shm, pre.node);
-        if (peer != nullptr && over_budget(peer)) {
+        if (peer != nullptr && (pre.flags & kFlagRpcRequest) && over_budget(peer)) {
             count(&peer->in_place_handoffs);
             hand_on(g_record, len);
             continue;

@@ -70,15 +70,18 @@ bool node_is_known(int node) {
            peer_shared(shm, static_cast<uint32_t>(node)) != nullptr;
 }
 
-int enqueue_message(int node, uint16_t flags, const MessageHeader& mh, const void* body,
-                    uint32_t len, int api_flags, int timeout_ms) {
-    // The listener would wait for itself (a reply, room in a queue it drains).
+void refuse_in_place() {
     if (serving_in_place())
         ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
                         errmsg("a pgrac_ic handler registered in place may not send messages, "
                                "RPCs, global lock or block requests"),
                         errhint("Register it without PGRAC_IC_HANDLER_IN_PLACE: an LMS worker "
                                 "may.")));
+}
+
+int enqueue_message(int node, uint16_t flags, const MessageHeader& mh, const void* body,
+                    uint32_t len, int api_flags, int timeout_ms) {
+    refuse_in_place();  // the last line; the entry points check first
     IcShared* shm = shared();
     if (shm == nullptr || load_acquire(&shm->listener_ready) == 0) return PGRAC_IC_NOT_RUNNING;
     if (len > PGRAC_IC_MAX_MESSAGE) return PGRAC_IC_TOO_BIG;

@@ -16,6 +16,11 @@ namespace pgrac::glue {
 int enqueue_message(int node, uint16_t flags, const pgrac::ic::MessageHeader& mh, const void* body,
                     uint32_t len, int api_flags, int timeout_ms);
 
+// Raises an ERROR in a handler the listener serves in place: it would wait for
+// itself (a reply, a grant, room in a queue it drains). Called first by every
+// C API entry point that sends or waits, before it changes any state.
+void refuse_in_place();
+
 // Is `node` a configured node (this one included)?
 bool node_is_known(int node);
 

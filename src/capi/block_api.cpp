@@ -10,12 +10,14 @@ extern "C" {
 
 #include "capi/block_fetch.hpp"
 #include "capi/block_request.hpp"
+#include "send_path.hpp"
 
 using namespace pgrac::glue;
 
 extern "C" int pgrac_cf_fetch_blocks(int node, uint32_t spcoid, uint32_t dboid, uint32_t relnumber,
                                      int forknum, uint32_t first, int count, void* pages,
                                      uint64_t* lsns) {
+    refuse_in_place();
     if (count < 1 || pages == nullptr || forknum < 0 || forknum > MAX_FORKNUM)
         ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                         errmsg("pgrac_cf_fetch_blocks: count must be at least 1, pages set and "

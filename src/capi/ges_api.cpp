@@ -8,6 +8,7 @@ extern "C" {
 
 #include "capi/ges_lock.hpp"
 #include "capi/ges_names.hpp"
+#include "send_path.hpp"
 
 using namespace pgrac::glue;
 using pgrac::ic::ges::ResourceName;
@@ -15,22 +16,27 @@ using pgrac::ic::ges::ResourceName;
 extern "C" {
 
 int pgrac_ges_lock_name(const char* resource, pgrac_ges_mode mode, int timeout_ms) {
+    pgrac::glue::refuse_in_place();
     return ges_lock(ges_api_resource(resource), ges_api_mode(mode), timeout_ms) ? 1 : 0;
 }
 
 int pgrac_ges_lock_id(int64_t resource, pgrac_ges_mode mode, int timeout_ms) {
+    pgrac::glue::refuse_in_place();
     return ges_lock(ResourceName::from_int(resource), ges_api_mode(mode), timeout_ms) ? 1 : 0;
 }
 
 int pgrac_ges_unlock_name(const char* resource) {
+    pgrac::glue::refuse_in_place();
     return ges_unlock(ges_api_resource(resource)) ? 1 : 0;
 }
 
 int pgrac_ges_unlock_id(int64_t resource) {
+    pgrac::glue::refuse_in_place();
     return ges_unlock(ResourceName::from_int(resource)) ? 1 : 0;
 }
 
 int pgrac_ges_unlock_all(void) {
+    pgrac::glue::refuse_in_place();
     return ges_unlock_all();
 }
 

@@ -94,6 +94,7 @@ extern "C" {
 int pgrac_ic_rpc(int node, uint16_t msg_type, uint32_t route_key, const void* body, uint32_t len,
                  void* reply_buf, uint32_t reply_cap, uint32_t* reply_len, int flags,
                  int timeout_ms) {
+    pgrac::glue::refuse_in_place();
     IcShared* shm = pgrac::glue::shared();
     if (shm == nullptr || MyProc == nullptr) return PGRAC_IC_NOT_RUNNING;
     if (msg_type == 0 || msg_type > PGRAC_IC_MAX_MSG_TYPE || (len > 0 && body == nullptr) ||

@@ -20,6 +20,7 @@ int pgrac_ic_my_node_id(void) {
 
 int pgrac_ic_send(int node, uint16_t msg_type, uint32_t route_key, const void* body, uint32_t len,
                   int flags, int timeout_ms) {
+    pgrac::glue::refuse_in_place();
     if (msg_type == 0 || msg_type > PGRAC_IC_MAX_MSG_TYPE || (len > 0 && body == nullptr))
         return PGRAC_IC_BAD_ARGUMENT;
     IcShared* shm = pgrac::glue::shared();

@@ -56,6 +56,7 @@ Engine::Engine(EngineConfig config, IcShared* shm, EngineHost& host, const Trans
         peers_.push_back(std::move(p));
     }
     overflow_.resize(shm_->n_lms);
+    held_per_worker_.assign(shm_->n_lms, 0);
 }
 
 Engine::~Engine() = default;
@@ -69,7 +70,7 @@ int Engine::wait_fd() const {
 }
 
 int Engine::next_timeout_ms() const {
-    if (!in_place_.empty()) return 0;
+    if (!in_place_.empty() || !procs_to_wake_.empty()) return 0;
     if (overflow_bytes_ > 0) return 1;
     int64_t delta = next_timer_us_ - now_us();
     if (delta <= 0) return 0;
@@ -80,11 +81,21 @@ bool Engine::run_once() {
     const uint64_t before = work_;
     if (in_place_change_) apply_in_place_change();
     transport_->poll(0);
+    // The requesters whose replies this poll brought, woken together after
+    // it: a woken backend that preempts the listener then finds the whole
+    // batch done, not one frame of it.
+    wake_processes();
     drain_overflow();
     drain_outbound();
     run_timers(now_us());
     wake_lms_workers();
+    wake_processes();
     return work_ != before;
+}
+
+void Engine::wake_processes() {
+    for (uint32_t procno : procs_to_wake_) host_.wake_process(procno);
+    procs_to_wake_.clear();
 }
 
 void Engine::apply_in_place_change() {
@@ -107,25 +118,37 @@ void Engine::wake_lms_workers() {
 
 // ---- serving in place
 
+uint32_t Engine::worker_of(const std::vector<uint8_t>& rec) const {
+    MessageHeader mh;
+    decode_message_header(rec.data() + sizeof(RingPrefix), rec.size() - sizeof(RingPrefix), &mh);
+    return mh.route_key % shm_->n_lms;
+}
+
+std::vector<uint8_t> Engine::pop_held(std::deque<std::vector<uint8_t>>::iterator* it) {
+    std::vector<uint8_t> rec = std::move(**it);
+    held_per_worker_[worker_of(rec)]--;
+    overflow_bytes_ -= rec.size();
+    *it = in_place_.erase(*it);
+    return rec;
+}
+
+// A record taken off the front of in_place_ is older than all it holds: it
+// goes to its worker without taking the younger ones along first.
+void Engine::push_older(const std::vector<uint8_t>& rec) {
+    RingPrefix pre;
+    std::memcpy(&pre, rec.data(), sizeof pre);
+    push_to_lms(pre.node, pre.flags, rec.data() + sizeof pre, pre.payload_len, false);
+    wake_lms_workers();
+}
+
 size_t Engine::take_in_place(uint8_t* out, size_t cap) {
     while (!in_place_.empty()) {
-        std::vector<uint8_t> rec = std::move(in_place_.front());
-        in_place_.pop_front();
-        overflow_bytes_ -= rec.size();
-        RingPrefix pre;
-        std::memcpy(&pre, rec.data(), sizeof pre);
-        MessageHeader mh;
-        decode_message_header(rec.data() + sizeof pre, pre.payload_len, &mh);
-        if (rec.size() > cap) {  // cannot happen with the listener's buffer; never hang an RPC
-            if (pre.flags & kFlagRpcRequest) fail_rpc(mh.rpc_id, PGRAC_IC_TOO_BIG);
-            continue;
-        }
-        // Something of this route key waits for an LMS worker (a request
-        // handed on, or the LMS backlog): this one queues behind it.
-        const uint32_t w = mh.route_key % shm_->n_lms;
-        if (lms_busy(w)) {
-            push_to_lms(pre.node, pre.flags, rec.data() + sizeof pre, pre.payload_len);
-            wake_lms_workers();
+        auto front = in_place_.begin();
+        std::vector<uint8_t> rec = pop_held(&front);
+        // Something for its LMS worker arrived before it, or was handed on
+        // (a request that would wait, the backlog): it queues behind that.
+        if (lms_busy(worker_of(rec)) || rec.size() > cap) {
+            push_older(rec);
             continue;
         }
         std::memcpy(out, rec.data(), rec.size());
@@ -139,8 +162,10 @@ void Engine::hand_to_lms(const uint8_t* rec, size_t len) {
     if (len < sizeof pre + kMessageHeaderSize) return;
     std::memcpy(&pre, rec, sizeof pre);
     if (pre.payload_len != len - sizeof pre) return;
-    push_to_lms(pre.node, pre.flags, rec + sizeof pre, pre.payload_len);
+    // Taken by the owner, so older than whatever it still holds.
+    push_to_lms(pre.node, pre.flags, rec + sizeof pre, pre.payload_len, false);
     wake_lms_workers();
+    wake_processes();  // a refusal may have failed an RPC
 }
 
 bool Engine::lms_busy(uint32_t w) const {
@@ -148,23 +173,13 @@ bool Engine::lms_busy(uint32_t w) const {
 }
 
 void Engine::hand_all_to_lms(uint32_t w) {
-    handing_ = true;  // its pushes must not call it again
     for (auto it = in_place_.begin(); it != in_place_.end();) {
-        RingPrefix pre;
-        std::memcpy(&pre, it->data(), sizeof pre);
-        MessageHeader mh;
-        decode_message_header(it->data() + sizeof pre, pre.payload_len, &mh);
-        if (w != ~0u && mh.route_key % shm_->n_lms != w) {
+        if (w != ~0u && worker_of(*it) != w) {
             ++it;
             continue;
         }
-        std::vector<uint8_t> rec = std::move(*it);
-        it = in_place_.erase(it);
-        overflow_bytes_ -= rec.size();
-        push_to_lms(pre.node, pre.flags, rec.data() + sizeof pre, pre.payload_len);
+        push_older(pop_held(&it));
     }
-    handing_ = false;
-    wake_lms_workers();
 }
 
 void Engine::send_from_owner(uint16_t node, uint16_t flags, const uint8_t* payload, uint32_t len) {
@@ -176,6 +191,7 @@ void Engine::send_from_owner(uint16_t node, uint16_t flags, const uint8_t* paylo
         __atomic_fetch_add(&ps.queued_bytes, uint64_t{kFrameHeaderSize} + len, __ATOMIC_RELAXED);
     }
     route_outbound(node, flags, payload, len);
+    wake_processes();  // a reply to our own node completed a slot
     work_++;
 }
 
@@ -507,7 +523,7 @@ void Engine::deliver_reply(uint64_t rpc_id, uint32_t status, const uint8_t* body
     if (it != outstanding_.end() && it->second.rpc_id == rpc_id) outstanding_.erase(it);
     ReplySlot* slot = reply_slot(shm_, slot_no);
     if (slot != nullptr && complete_slot(shm_, slot, rpc_id, status, body, len))
-        host_.wake_process(slot_no);
+        procs_to_wake_.push_back(slot_no);  // wake_processes()
 }
 
 void Engine::fail_rpc(uint64_t rpc_id, uint32_t status) {
@@ -529,16 +545,20 @@ void Engine::deliver_to_lms(uint16_t src, uint16_t flags, const uint8_t* payload
         push_to_lms(src, flags, payload, len);
         return;
     }
-    if (hold(in_place_, src, flags, mh, payload, len)) work_++;
+    if (hold(in_place_, src, flags, mh, payload, len)) {
+        held_per_worker_[mh.route_key % shm_->n_lms]++;
+        work_++;
+    }
 }
 
-void Engine::push_to_lms(uint16_t src, uint16_t flags, const uint8_t* payload, uint32_t len) {
+void Engine::push_to_lms(uint16_t src, uint16_t flags, const uint8_t* payload, uint32_t len,
+                         bool flush_held) {
     MessageHeader mh;
     decode_message_header(payload, len, &mh);
     const uint32_t w = mh.route_key % shm_->n_lms;
-    // What was held for the owner with this route key arrived first: it goes
-    // to the worker first, so that one key's messages stay in order.
-    if (!in_place_.empty() && !handing_) hand_all_to_lms(w);
+    // What the owner holds for this worker arrived first: it goes to the
+    // worker first, so that one worker's (one route key's) messages stay in order.
+    if (flush_held && held_per_worker_[w] > 0) hand_all_to_lms(w);
     RingPrefix pre{src, flags, len};
     if (overflow_[w].empty()) {
         iovec iov[2] = {{&pre, sizeof pre}, {const_cast<uint8_t*>(payload), len}};

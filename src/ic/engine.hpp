@@ -185,7 +185,9 @@ class Engine final : public tiers::TransportHandler, public HandshakePolicy {
     // A request or one-way message for this node: held for the owner
     // (serve_in_place) or pushed to an LMS inbox.
     void deliver_to_lms(uint16_t src, uint16_t flags, const uint8_t* payload, uint32_t len);
-    void push_to_lms(uint16_t src, uint16_t flags, const uint8_t* payload, uint32_t len);
+    // flush_held: first move what the owner holds for the same worker (it is older).
+    void push_to_lms(uint16_t src, uint16_t flags, const uint8_t* payload, uint32_t len,
+                     bool flush_held = true);
     // Keeps a copy in `queue` within the backlog limit (else refuses it). True if kept.
     bool hold(std::deque<std::vector<uint8_t>>& queue, uint16_t src, uint16_t flags,
               const MessageHeader& mh, const uint8_t* payload, uint32_t len);
@@ -193,9 +195,14 @@ class Engine final : public tiers::TransportHandler, public HandshakePolicy {
         return msg_type < cfg_.serve_in_place.size() && cfg_.serve_in_place[msg_type];
     }
     void wake_lms_workers();
+    // Wakes the requesters whose reply slots were completed since the last call.
+    void wake_processes();
     void apply_in_place_change();
     // Does LMS worker w have something queued (its inbox or the backlog)?
     bool lms_busy(uint32_t w) const;
+    uint32_t worker_of(const std::vector<uint8_t>& rec) const;  // route_key % n_lms
+    std::vector<uint8_t> pop_held(std::deque<std::vector<uint8_t>>::iterator* it);
+    void push_older(const std::vector<uint8_t>& rec);
     // Moves what is held for the owner with route key % n_lms == w (every
     // worker: ~0u) to the LMS workers, in order.
     void hand_all_to_lms(uint32_t w);
@@ -264,7 +271,8 @@ class Engine final : public tiers::TransportHandler, public HandshakePolicy {
     std::deque<std::vector<uint8_t>> in_place_;
     std::vector<bool> next_in_place_;  // set_serve_in_place, until it takes effect
     bool in_place_change_ = false;
-    bool handing_ = false;  // hand_all_to_lms is pushing (no recursion)
+    std::vector<uint32_t> held_per_worker_;  // in_place_ records per LMS worker
+    std::vector<uint32_t> procs_to_wake_;    // reply slots completed, owners not yet woken
     size_t overflow_bytes_ = 0;
     uint32_t lms_to_wake_ = 0;  // bitmask
     int64_t next_timer_us_ = 0;

@@ -123,6 +123,7 @@ void Engine::shutdown() {
     // Accepted messages held for the owner are served by the LMS workers:
     // their inboxes outlive this process.
     hand_all_to_lms(~0u);
+    drain_overflow();
     std::vector<tiers::ConnId> ids;
     for (auto& [id, c] : conns_) ids.push_back(id);
     for (auto id : ids) close_conn(id);
@@ -131,6 +132,7 @@ void Engine::shutdown() {
         set_state(p, PeerState::Disconnecting);
     }
     transport_->poll(0);
+    wake_processes();
 }
 
 // ---- timers

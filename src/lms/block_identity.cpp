@@ -136,12 +136,12 @@ bool class_storage(Oid db, Oid req_spc, RelFileNode* cls, char** dbpath) {
 // committed, no deleter), 0 invisible (inserter aborted, or a committed
 // deleter), -1 undecided.
 int visible_by_hints(uint16 infomask) {
-    if (infomask & HEAP_XMIN_INVALID) return (infomask & HEAP_XMIN_COMMITTED) ? -1 : 0;
+    // As HeapTupleHeaderXminInvalid / XminCommitted read them (frozen = both bits).
+    if ((infomask & HEAP_XMIN_FROZEN) == HEAP_XMIN_INVALID) return 0;
     if (!(infomask & HEAP_XMIN_COMMITTED)) return -1;
     if (infomask & HEAP_XMAX_INVALID) return 1;
-    if ((infomask & HEAP_XMAX_COMMITTED) && !(infomask & HEAP_XMAX_IS_MULTI) &&
-        !HEAP_XMAX_IS_LOCKED_ONLY(infomask))
-        return 0;
+    if (HEAP_XMAX_IS_LOCKED_ONLY(infomask)) return 1;  // a locker, not a deleter
+    if ((infomask & HEAP_XMAX_COMMITTED) && !(infomask & HEAP_XMAX_IS_MULTI)) return 0;
     return -1;
 }
 
@@ -282,7 +282,6 @@ char* mismatch(Oid db, Oid relid, RelFileNode rnode) {
     char* dbpath = nullptr;
     if (rnode.dbNode != db || rnode.spcNode == GLOBALTABLESPACE_OID ||
         !class_storage(db, rnode.spcNode, &cls, &dbpath)) {
-        if (g_undecided) return nullptr;
         return psprintf(
             "database %u of block request %u/%u/%u does not exist on node %d "
             "(or its default tablespace is neither pg_default nor %u)",

@@ -53,10 +53,23 @@ int run_handler(const HandlerEntry* h, const pgrac_ic_message* msg, pgrac_ic_rep
     volatile int status = PGRAC_IC_OK;
     MemoryContext old = MemoryContextSwitchTo(g_msg_context);
     PG_TRY();
-    { status = h->fn(msg, reply); }
+    {
+        status = h->fn(msg, reply);
+        // A handler may point reply->body at memory of its own (palloc'd in
+        // the context reset below): the reply leaves from ours.
+        if (reply != nullptr && reply->body != g_reply_body) {
+            if (reply->len > 0 && reply->len <= PGRAC_IC_MAX_MESSAGE)
+                std::memmove(g_reply_body, reply->body, reply->len);
+            reply->body = g_reply_body;
+        }
+    }
     PG_CATCH();
     {
         HOLD_INTERRUPTS();
+        if (reply != nullptr) {  // the error text goes to our buffer, whatever the handler did
+            reply->body = g_reply_body;
+            reply->capacity = PGRAC_IC_MAX_MESSAGE;
+        }
         recover_from_handler_error();
         MemoryContextSwitchTo(g_msg_context);
         ErrorData* ed = CopyErrorData();
@@ -149,9 +162,6 @@ Served serve_record(IcShared* shm, const uint8_t* rec, size_t len, bool in_place
         status = PGRAC_IC_REPLY_TOO_BIG;
         reply.len = 0;
     }
-    // A handler may point reply->body at its own buffer: the reply leaves from ours.
-    if (reply.len > 0 && reply.body != g_reply_body)
-        std::memmove(g_reply_body, reply.body, reply.len);
     MessageHeader rh = mh;
     rh.status = static_cast<uint16_t>(status);
     rh.epoch = load_relaxed(&shm->epoch);

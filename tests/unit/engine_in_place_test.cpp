@@ -126,6 +126,20 @@ TEST_F(EngineTest, AHeldRequestGoesToTheLmsBeforeALaterMessageOfItsRouteKey) {
     EXPECT_TRUE(b.served_in_place.empty());
 }
 
+TEST_F(EngineTest, RequestsHandedOnOneByOneKeepTheirOrder) {
+    make(2, serve_rpcs_in_place);
+    bring_up();
+    TestNode& a = node(1);
+    TestNode& b = node(2);
+    b.owner_serves = false;
+    for (uint32_t i = 0; i < 4; i++) ASSERT_TRUE(a.send(2, kRpcType, 9, stream_body(i)));
+    ASSERT_TRUE(pump([&] { return load_relaxed(&b.peer(1).msgs_recv) == 4; }));
+    b.hand_to_lms = true;  // each would wait: the owner hands them on as it takes them
+    b.owner_serves = true;
+    ASSERT_TRUE(pump([&] { return b.received.size() == 4; }));
+    EXPECT_EQ(stream_from(b, 1, kRpcType), iota_vec(4));
+}
+
 TEST_F(EngineTest, ShutdownHandsWhatIsHeldToTheLmsInboxes) {
     make(2, serve_rpcs_in_place);
     bring_up();
