@@ -52,7 +52,7 @@ my %families = (
 	(
 		map { ("pg_cluster_rdma_counters_${_}_total" => 'counter') }
 		  qw(msgs_sent msgs_recv bytes_sent bytes_recv rpcs_sent rpcs_served retransmits
-		  reconnects duplicates_dropped backpressure_stalls)
+		  reconnects duplicates_dropped backpressure_stalls served_in_place in_place_handoffs)
 	),
 	(map { ("pg_cluster_rdma_latency_$_" => 'gauge') } qw(p50_seconds p99_seconds p999_seconds)),
 	pg_cluster_rdma_latency_samples_total => 'counter',
