@@ -74,6 +74,14 @@ is($n2->safe_psql('postgres',
 	'1', 'the serving node records the handler error');
 
 # A message type nobody registered.
+# A handler in place that tries to send: refused with a clear reason, and the
+# listener goes on.
+like(fails($n1, "SELECT example_rpc_type(2, 515, 'pass it on')"),
+	qr/Remote error: a pgrac_ic handler registered in place may not send messages/,
+	'a handler in place may not send: HANDLER_ERROR with the reason');
+is($n1->safe_psql('postgres', "SELECT example_rpc(2, 'after the relay')"),
+	'node 2: AFTER THE RELAY', 'the listener serves after refusing it');
+
 like(fails($n1, "SELECT example_rpc_type(2, 600, 'anyone?')"),
 	qr/no handler for the message type on the peer.*\n.*Remote error: no handler for message type 600 on node 2 \(from node 1\)/,
 	'an unregistered type: NO_HANDLER');

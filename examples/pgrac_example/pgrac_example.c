@@ -13,6 +13,9 @@
  *                      PGRAC_IC_HANDLER_ERROR and the error's text)
  *   EXAMPLE_MSG_NOTE   one-way: counted per sending node in this library's
  *                      shared memory, the body of the last one kept
+ *   EXAMPLE_MSG_RELAY  RPC, registered in place by mistake: it tries to send a
+ *                      note on, which a handler in the listener may not do (the
+ *                      caller gets PGRAC_IC_HANDLER_ERROR and the reason)
  *
  * The SQL functions (pgrac_example--1.0.sql) run in backends and call
  * pgrac_ic_rpc / pgrac_ic_send / pgrac_ic_broadcast.
@@ -39,6 +42,7 @@ PG_MODULE_MAGIC;
 #define EXAMPLE_MSG_UPPER (PGRAC_IC_FIRST_USER_TYPE + 256) /* 512 */
 #define EXAMPLE_MSG_FAIL (EXAMPLE_MSG_UPPER + 1)
 #define EXAMPLE_MSG_NOTE (EXAMPLE_MSG_UPPER + 2)
+#define EXAMPLE_MSG_RELAY (EXAMPLE_MSG_UPPER + 3)
 
 /* One route key for everything this example sends: messages with one route
  * key are handled in order by one LMS worker on the receiver, so an RPC sent
@@ -115,6 +119,15 @@ static int note_handler(const pgrac_ic_message* msg, pgrac_ic_reply* reply) {
     return PGRAC_IC_OK;
 }
 
+/* What not to do in a handler registered in place: send (or wait for anything).
+ * pgrac_ic raises an ERROR rather than let the listener wait for itself. */
+static int relay_handler(const pgrac_ic_message* msg, pgrac_ic_reply* reply) {
+    (void)reply;
+    (void)pgrac_ic_send(msg->src_node, EXAMPLE_MSG_NOTE, EXAMPLE_ROUTE_KEY, msg->body, msg->len, 0,
+                        EXAMPLE_NOTE_TIMEOUT_MS);
+    return PGRAC_IC_OK; /* not reached */
+}
+
 /* ---- shared memory ---- */
 
 static void example_shmem_request(void) {
@@ -161,6 +174,7 @@ void _PG_init(void) {
     register_or_fail(EXAMPLE_MSG_UPPER, "example upper", upper_handler, PGRAC_IC_HANDLER_IN_PLACE);
     register_or_fail(EXAMPLE_MSG_FAIL, "example fail", fail_handler, PGRAC_IC_HANDLER_IN_PLACE);
     register_or_fail(EXAMPLE_MSG_NOTE, "example note", note_handler, 0);
+    register_or_fail(EXAMPLE_MSG_RELAY, "example relay", relay_handler, PGRAC_IC_HANDLER_IN_PLACE);
 
     prev_shmem_request_hook = shmem_request_hook;
     shmem_request_hook = example_shmem_request;
