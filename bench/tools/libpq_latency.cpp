@@ -36,18 +36,17 @@
 #include <libpq-fe.h>
 
 #include <algorithm>
-#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "latency_stats.hpp"
+#include "start_line.hpp"
 
 using pgrac::bench::now_ns;
 
@@ -206,11 +205,7 @@ void read_batch(const Options& o, PGconn* conn, std::vector<uint64_t>& samples) 
 // --connections C --seconds S.
 int run_requesters(const Options& o) {
     const int n = o.connections;
-    std::mutex mu;
-    std::condition_variable cv;
-    int ready = 0;
-    bool go = false;
-    uint64_t deadline = 0;
+    pgrac::bench::StartLine start_line(n);
     std::vector<std::vector<uint64_t>> samples(static_cast<size_t>(n));
     std::vector<uint64_t> ends(static_cast<size_t>(n));
     std::vector<std::thread> threads;
@@ -218,14 +213,7 @@ int run_requesters(const Options& o) {
         threads.emplace_back([&, t] {
             PGconn* conn = connect_prepared(o);
             for (int i = 0; i < o.warmup; i++) exec_once(o, conn);
-            uint64_t stop = 0;
-            {
-                std::unique_lock<std::mutex> lock(mu);
-                ready++;
-                cv.notify_all();
-                cv.wait(lock, [&] { return go; });
-                stop = deadline;
-            }
+            const uint64_t stop = start_line.arrive();
             std::vector<uint64_t>& mine = samples[static_cast<size_t>(t)];
             mine.reserve(1 << 16);
             if (o.pipeline == 1) {
@@ -254,15 +242,7 @@ int run_requesters(const Options& o) {
             PQfinish(conn);
         });
     }
-    uint64_t start = 0;
-    {
-        std::unique_lock<std::mutex> lock(mu);
-        cv.wait(lock, [&] { return ready == n; });
-        start = now_ns();
-        deadline = start + static_cast<uint64_t>(o.seconds * 1e9);
-        go = true;
-    }
-    cv.notify_all();
+    const uint64_t start = start_line.release(o.seconds);
     for (std::thread& th : threads) th.join();
     std::vector<uint64_t> all;
     for (const std::vector<uint64_t>& v : samples) all.insert(all.end(), v.begin(), v.end());

@@ -47,18 +47,17 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "latency_stats.hpp"
+#include "start_line.hpp"
 
 using pgrac::bench::now_ns;
 
@@ -287,11 +286,7 @@ void end_connection(int fd, const std::vector<uint8_t>& out, std::vector<uint8_t
 void run_requesters(const Options& o, int port) {
     const size_t size = o.sizes.front();
     const int n = o.connections;
-    std::mutex mu;
-    std::condition_variable cv;
-    int ready = 0;
-    bool go = false;
-    uint64_t deadline = 0;
+    pgrac::bench::StartLine start_line(n);
     std::vector<std::vector<uint64_t>> samples(static_cast<size_t>(n));
     std::vector<uint64_t> ends(static_cast<size_t>(n));
     std::vector<std::thread> threads;
@@ -304,14 +299,7 @@ void run_requesters(const Options& o, int port) {
             const uint32_t s32 = static_cast<uint32_t>(size);
             write_full(fd, reinterpret_cast<const uint8_t*>(&s32), sizeof s32);
             for (int i = 0; i < o.warmup; i++) round_trip(fd, out, in, size);
-            uint64_t stop = 0;
-            {
-                std::unique_lock<std::mutex> lock(mu);
-                ready++;
-                cv.notify_all();
-                cv.wait(lock, [&] { return go; });
-                stop = deadline;
-            }
+            const uint64_t stop = start_line.arrive();
             std::vector<uint64_t>& mine = samples[static_cast<size_t>(t)];
             mine.reserve(1 << 16);
             for (;;) {
@@ -329,15 +317,7 @@ void run_requesters(const Options& o, int port) {
             end_connection(fd, out, in, size);
         });
     }
-    uint64_t start = 0;
-    {
-        std::unique_lock<std::mutex> lock(mu);
-        cv.wait(lock, [&] { return ready == n; });
-        start = now_ns();
-        deadline = start + static_cast<uint64_t>(o.seconds * 1e9);
-        go = true;
-    }
-    cv.notify_all();
+    const uint64_t start = start_line.release(o.seconds);
     for (std::thread& th : threads) th.join();
     std::vector<uint64_t> all;
     for (const std::vector<uint64_t>& v : samples) all.insert(all.end(), v.begin(), v.end());
