@@ -87,7 +87,15 @@ bool Engine::run_once() {
     wake_processes();
     drain_overflow();
     drain_outbound();
-    run_timers(now_us());
+    // Timers (membership, heartbeats, dials, deadlines, delayed acks) when one
+    // is due, and at least every millisecond for those scheduled without
+    // lowering next_timer_us_: not on every turn of a busy-polling loop, where
+    // they were a tenth of the listener's CPU under load.
+    const int64_t now = now_us();
+    if (now >= next_timer_us_ || now - last_timers_us_ >= kTimerPeriodUs) {
+        last_timers_us_ = now;
+        run_timers(now);
+    }
     wake_lms_workers();
     wake_processes();
     return work_ != before;
@@ -292,13 +300,15 @@ void Engine::send_message(Peer& p, int lane, uint16_t flags, const uint8_t* payl
     h.payload_len = len;
     h.seq = l.session.next_seq();
     h.ack = l.session.last_received();
-    std::vector<uint8_t> frame(kFrameHeaderSize + len);
-    encode_frame_header(h, payload, frame.data());
+    // Retained with the crc field zero: send_frame computes the CRC where the
+    // mode uses it (crc), and sealing modes never pay for it.
+    FrameBuffer frame = l.session.take_buffer(kFrameHeaderSize + len);
+    encode_frame_fields(h, frame.data());
     std::memcpy(frame.data() + kFrameHeaderSize, payload, len);
     // While the peer asked us to back off, the frame is only retained; it goes
     // out in order when the hold expires (transmit_held) or on a reconnect.
     if (l.up && now_us() >= p.hold_until_us && l.transmitted == h.seq - 1) {
-        if (send_frame(l.conn, h, frame.data() + kFrameHeaderSize, frame.data())) {
+        if (send_frame(l.conn, h, frame.data() + kFrameHeaderSize)) {
             l.session.ack_sent(h.ack);
             l.transmitted = h.seq;
         } else {
@@ -312,18 +322,13 @@ void Engine::send_message(Peer& p, int lane, uint16_t flags, const uint8_t* payl
     count<uint64_t>(&p.shm->unacked_bytes, kFrameHeaderSize + len);
 }
 
-bool Engine::send_frame(tiers::ConnId id, FrameHeader h, const uint8_t* payload,
-                        const uint8_t* encoded) {
+bool Engine::send_frame(tiers::ConnId id, FrameHeader h, const uint8_t* payload) {
     auto it = conns_.find(id);
     FrameGuard* g = it == conns_.end() ? nullptr : it->second.guard.get();
     if (g == nullptr || g->mode() == WireProtection::Crc) {
         uint8_t hdr[kFrameHeaderSize];
-        if (encoded == nullptr) {
-            encode_frame_header(h, payload, hdr);
-            encoded = hdr;
-        }
-        iovec iov[2] = {{const_cast<uint8_t*>(encoded), kFrameHeaderSize},
-                        {const_cast<uint8_t*>(payload), h.payload_len}};
+        encode_frame_header(h, payload, hdr);
+        iovec iov[2] = {{hdr, kFrameHeaderSize}, {const_cast<uint8_t*>(payload), h.payload_len}};
         return transport_->send(id, iov, h.payload_len > 0 ? 2 : 1);
     }
     g->seal(h, payload, h.payload_len, &seal_buf_);
@@ -467,7 +472,7 @@ void Engine::transmit_held(Peer& p, int64_t now) {
 // longer awaited (failed, timed out, given up) into a void message.
 void Engine::void_abandoned_requests(Peer& p) {
     for (Lane& l : p.lanes) {
-        l.session.for_each_retained([&](uint32_t, std::vector<uint8_t>& f) {
+        l.session.for_each_retained([&](uint32_t, FrameBuffer& f) {
             FrameHeader h;
             if (f.size() < kFrameHeaderSize + kMessageHeaderSize ||
                 decode_frame_header(f.data(), f.size(), kMaxFramePayload, &h) != FrameError::None ||
@@ -488,7 +493,7 @@ void Engine::void_abandoned_requests(Peer& p) {
             mh.msg_type = kVoidMsgType;
             encode_message_header(mh, payload);
             h.flags = static_cast<uint16_t>(h.flags & ~kFlagRpcRequest);
-            encode_frame_header(h, payload, f.data());
+            encode_frame_fields(h, f.data());
             count(&p.shm->requests_voided);
         });
     }
@@ -498,7 +503,7 @@ void Engine::transmit_after(Lane& l, uint32_t after) {
     for (const Session::Held& h : l.session.frames_after(after)) {
         FrameHeader fh;
         decode_frame_header(h.frame->data(), h.frame->size(), kMaxFramePayload, &fh);
-        if (!send_frame(l.conn, fh, h.frame->data() + kFrameHeaderSize, h.frame->data())) {
+        if (!send_frame(l.conn, fh, h.frame->data() + kFrameHeaderSize)) {
             close_conn(l.conn);
             return;
         }

@@ -172,10 +172,9 @@ class Engine final : public tiers::TransportHandler, public HandshakePolicy {
     void drain_outbound();
     void route_outbound(uint16_t node, uint16_t flags, const uint8_t* payload, uint32_t len);
     void send_message(Peer& p, int lane, uint16_t flags, const uint8_t* payload, uint32_t len);
-    // Puts one frame on a connection, sealed by its guard; `encoded`, if
-    // given, is the frame already encoded with its CRC (sent as is in crc mode).
-    bool send_frame(tiers::ConnId id, FrameHeader h, const uint8_t* payload,
-                    const uint8_t* encoded = nullptr);
+    // Puts one frame on a connection: with its CRC in crc mode, else sealed
+    // by the connection's guard.
+    bool send_frame(tiers::ConnId id, FrameHeader h, const uint8_t* payload);
     // Checks a Message before it counts as received: header, type, body size.
     bool valid_message(Peer& p, const FrameHeader& h, const uint8_t* payload);
     void on_message(Peer& p, int lane, tiers::ConnId conn, const FrameHeader& h,
@@ -276,6 +275,8 @@ class Engine final : public tiers::TransportHandler, public HandshakePolicy {
     size_t overflow_bytes_ = 0;
     uint32_t lms_to_wake_ = 0;  // bitmask
     int64_t next_timer_us_ = 0;
+    int64_t last_timers_us_ = 0;
+    static constexpr int64_t kTimerPeriodUs = 1000;
     bool shutting_down_ = false;
     uint64_t work_ = 0;              // bumped by everything that moves a message
     std::vector<uint8_t> seal_buf_;  // one sealed frame on its way to the transport

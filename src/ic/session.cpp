@@ -26,7 +26,7 @@ uint32_t Session::next_seq() {
     return next_seq_++;
 }
 
-void Session::retain(uint32_t seq, std::vector<uint8_t> frame) {
+void Session::retain(uint32_t seq, FrameBuffer frame) {
     // Frames are retained in the order next_seq() handed out their numbers.
     assert(seq == last_sent());
     assert(unacked_.empty() || seq == unacked_.back().seq + 1);
@@ -38,15 +38,16 @@ size_t Session::on_ack(uint32_t ack) {
     size_t freed = 0;
     while (!unacked_.empty() && !seq_after(unacked_.front().seq, ack)) {
         unacked_bytes_ -= unacked_.front().frame.size();
+        spare_.give(std::move(unacked_.front().frame));
         unacked_.pop_front();
         ++freed;
     }
     return freed;
 }
 
-std::vector<const std::vector<uint8_t>*> Session::resend_after(uint32_t peer_last_received) {
+std::vector<const FrameBuffer*> Session::resend_after(uint32_t peer_last_received) {
     on_ack(peer_last_received);
-    std::vector<const std::vector<uint8_t>*> frames;
+    std::vector<const FrameBuffer*> frames;
     frames.reserve(unacked_.size());
     for (const Retained& r : unacked_) frames.push_back(&r.frame);
     return frames;

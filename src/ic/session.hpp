@@ -15,6 +15,8 @@
 #include <deque>
 #include <vector>
 
+#include "ic/frame_buffer.hpp"
+
 namespace pgrac::ic {
 
 // a is after b in serial-number order (RFC 1982, 32-bit).
@@ -36,17 +38,19 @@ class Session {
     bool can_retain(size_t bytes) const;
     // Sequence number for the next Message frame.
     uint32_t next_seq();
+    // A buffer of n bytes for the next frame to retain (recycled from acked ones).
+    FrameBuffer take_buffer(size_t n) { return spare_.take(n); }
     // Keep an encoded frame (header + payload) until acked.
-    void retain(uint32_t seq, std::vector<uint8_t> frame);
+    void retain(uint32_t seq, FrameBuffer frame);
     // Peer acked everything up to `ack`; returns how many frames were freed.
     size_t on_ack(uint32_t ack);
     // Frames the peer has not received, in order, given what it last received.
     // Drops the ones it has. The caller sends them again.
-    std::vector<const std::vector<uint8_t>*> resend_after(uint32_t peer_last_received);
+    std::vector<const FrameBuffer*> resend_after(uint32_t peer_last_received);
     // Retained frames with a sequence number after `seq`, in order; acks nothing.
     struct Held {
         uint32_t seq;
-        const std::vector<uint8_t>* frame;
+        const FrameBuffer* frame;
     };
     std::vector<Held> frames_after(uint32_t seq) const;
     // Every retained frame, to rewrite in place (same length): the engine
@@ -76,7 +80,7 @@ class Session {
 
     struct Retained {
         uint32_t seq;
-        std::vector<uint8_t> frame;
+        FrameBuffer frame;
     };
     Limits limits_;
     uint32_t next_seq_ = 1;
@@ -84,6 +88,7 @@ class Session {
     size_t unacked_bytes_ = 0;
     uint32_t last_received_ = 0;
     uint32_t last_ack_sent_ = 0;
+    FramePool spare_;  // acked frames' buffers
 };
 
 }  // namespace pgrac::ic

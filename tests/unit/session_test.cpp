@@ -21,7 +21,7 @@ struct SessionTestAccess {
 
 namespace {
 
-using Frame = std::vector<uint8_t>;
+using Frame = pgrac::ic::FrameBuffer;
 
 // A test frame: seq, then the message id, both little-endian.
 Frame make_frame(uint32_t seq, uint32_t id) {
