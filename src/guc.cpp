@@ -22,6 +22,7 @@ extern "C" {
 int pgrac_tier_requested = static_cast<int>(Tier::Auto);
 bool pgrac_interconnect_strict = false;
 bool pgrac_serve_in_place = true;
+bool pgrac_requester_lanes = true;
 char* pgrac_cluster_name = nullptr;
 int pgrac_node_id = 1;
 char* pgrac_nodes = nullptr;
@@ -282,6 +283,12 @@ void define_settings() {
         "The listener serves non-blocking requests (ping, blocks in the buffer pool) itself.",
         "Off hands every request to an LMS worker: two process wakeups more per round trip.",
         &pgrac_serve_in_place, true, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+    DefineCustomBoolVariable(
+        "cluster.requester_lanes",
+        "A backend sends its RPCs to a peer on a connection of its own (tier3).",
+        "The reply comes straight back to it: two process wakeups per round trip instead of "
+        "four through the listeners. Off sends every RPC through the listeners.",
+        &pgrac_requester_lanes, true, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
     DefineCustomIntVariable("cluster.send_queue_max_messages",
                             "Most messages queued to one peer and not yet acknowledged.", nullptr,
                             &pgrac_send_queue_max_messages, 65536, 16, 16777216, PGC_SIGHUP, 0,

@@ -5,6 +5,7 @@ extern "C" {
 extern int pgrac_tier_requested;  // pgrac::tiers::Tier
 extern bool pgrac_interconnect_strict;
 extern bool pgrac_serve_in_place;
+extern bool pgrac_requester_lanes;
 extern char* pgrac_cluster_name;
 extern int pgrac_node_id;
 extern char* pgrac_nodes;

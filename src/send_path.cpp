@@ -11,6 +11,7 @@ extern "C" {
 #include <sys/uio.h>
 
 #include "guc.hpp"
+#include "capi/requester_path.hpp"
 #include "lms/request_server.hpp"
 #include "ic/atomics.hpp"
 #include "send_path.hpp"
@@ -134,6 +135,8 @@ int enqueue_message(int node, uint16_t flags, const MessageHeader& mh, const voi
         CHECK_FOR_INTERRUPTS();
     }
     wake_procno(load_acquire(&shm->listener_procno));
+    // A one-way message: this process's RPCs to the node must not overtake it.
+    if (!(flags & (kFlagRpcRequest | kFlagRpcReply))) note_one_way_message(node);
     return PGRAC_IC_OK;
 }
 

@@ -11,18 +11,21 @@ extern "C" {
 #include "pgstat.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/pmsignal.h"
 #include "storage/proc.h"
 #include "storage/s_lock.h"
 #include "utils/wait_event.h"
 }
 
 #include <sched.h>
+#include <unistd.h>
 
 #include <cstring>
 
 #include "guc.hpp"
 #include "ic/adaptive_spin.hpp"
 #include "ic/atomics.hpp"
+#include "capi/requester_path.hpp"
 #include "send_path.hpp"
 #include "shmem.hpp"
 
@@ -32,6 +35,20 @@ namespace {
 
 // How long this backend polls for a reply before sleeping (learned).
 AdaptiveSpin g_rpc_spin;
+
+// A requester polls only while fewer requesters than spare CPUs poll: one
+// more would only take turns (sched_yield) with the listener and the other
+// pollers on a busy machine, and cost the CPU that serves the replies. The
+// listener polls too, hence one CPU less.
+bool take_spin_turn(IcShared* shm) {
+    static const uint32_t max_spinners = [] {
+        const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        return static_cast<uint32_t>(cpus > 2 ? cpus - 1 : 1);
+    }();
+    if (__atomic_fetch_add(&shm->rpc_spinners, 1u, __ATOMIC_RELAXED) < max_spinners) return true;
+    __atomic_fetch_sub(&shm->rpc_spinners, 1u, __ATOMIC_RELAXED);
+    return false;
+}
 
 // At the deadline: Waiting -> Idle, true. False if the reply arrived after
 // all (Done, or Filling, which becomes Done in a few instructions).
@@ -87,6 +104,44 @@ int reserve_reply_space(IcShared* shm, ReplySlot* slot, int node, uint32_t reply
     return PGRAC_IC_OK;
 }
 
+// An RPC on this process's own lane to the node (capi/requester_path.hpp).
+// The slot only gives the rpc_id its generation: it stays Idle, so no
+// listener ever fills it. -1 if nothing was sent.
+int requester_lane_rpc(IcShared* shm, ReplySlot* slot, uint32_t procno, int node, uint16_t msg_type,
+                       uint32_t route_key, const void* body, uint32_t len, void* reply_buf,
+                       uint32_t reply_cap, uint32_t* reply_len, int flags, uint64_t start,
+                       uint64_t deadline) {
+    const uint32_t gen = slot->generation + 1;
+    slot->generation = gen;
+    MessageHeader mh;
+    mh.msg_type = msg_type;
+    mh.route_key = route_key;
+    mh.rpc_id = make_rpc_id(procno, gen);
+    mh.epoch = load_relaxed(&shm->epoch);
+    const uint16_t fflags = (flags & PGRAC_IC_CONTROL) ? kFlagControlLane : 0;
+    g_rpc_spin.set_max_ns(static_cast<uint64_t>(pgrac_busy_poll_us) * 1000);
+    const uint64_t budget = g_rpc_spin.budget_ns();
+    const bool spinning = budget > 0 && take_spin_turn(shm);
+    pgrac::glue::RequesterOutcome out;
+    pgrac::glue::requester_rpc(shm, node, mh, fflags, body, len, reply_buf, reply_cap,
+                               spinning ? budget : 0, deadline, &out);
+    if (spinning) __atomic_fetch_sub(&shm->rpc_spinners, 1u, __ATOMIC_RELAXED);
+    if (out.interrupted) {
+        if (!PostmasterIsAlive()) proc_exit(1);
+        CHECK_FOR_INTERRUPTS();
+    }
+    if (!out.taken) return -1;
+    const uint64_t elapsed = monotonic_ns() - start;
+    g_rpc_spin.observe(elapsed);
+    if (reply_len != nullptr) *reply_len = out.reply_len;
+    if (out.status == PGRAC_IC_OK) {
+        if (PeerShared* p = peer_shared(shm, static_cast<uint32_t>(node)))
+            p->rpc_latency.record(elapsed);
+        shm->total_latency.record(elapsed);
+    }
+    return out.status;
+}
+
 }  // namespace
 
 extern "C" {
@@ -114,6 +169,12 @@ int pgrac_ic_rpc(int node, uint16_t msg_type, uint32_t route_key, const void* bo
     disarm(shm, slot);
     const uint64_t start = monotonic_ns();
     const uint64_t deadline = start + static_cast<uint64_t>(timeout_ms) * 1000000ull;
+    if (pgrac::glue::requester_lane_usable(shm, node)) {
+        const int direct =
+            requester_lane_rpc(shm, slot, procno, node, msg_type, route_key, body, len, reply_buf,
+                               reply_cap, reply_len, flags, start, deadline);
+        if (direct >= 0) return direct;  // else nothing was sent: the listeners take it
+    }
     int rc = reserve_reply_space(shm, slot, node, reply_cap, flags, deadline);
     if (rc != PGRAC_IC_OK) return rc;
     const uint32_t gen = slot->generation + 1;
@@ -139,11 +200,12 @@ int pgrac_ic_rpc(int node, uint16_t msg_type, uint32_t route_key, const void* bo
     // Busy-poll first: the reply usually comes sooner than a sleep and a
     // wakeup would take.
     g_rpc_spin.set_max_ns(static_cast<uint64_t>(pgrac_busy_poll_us) * 1000);
-    if (const uint64_t budget = g_rpc_spin.budget_ns(); budget > 0) {
+    if (const uint64_t budget = g_rpc_spin.budget_ns(); budget > 0 && take_spin_turn(shm)) {
         const uint64_t spin_end = monotonic_ns() + budget;
         while (load_acquire(&slot->state) != static_cast<uint32_t>(SlotState::Done) &&
                monotonic_ns() < spin_end)
             sched_yield();
+        __atomic_fetch_sub(&shm->rpc_spinners, 1u, __ATOMIC_RELAXED);
     }
     for (;;) {
         ResetLatch(MyLatch);

@@ -238,6 +238,9 @@ void Engine::route_outbound(uint16_t node, uint16_t flags, const uint8_t* payloa
     MessageHeader mh;
     decode_message_header(payload, len, &mh);
     const uint64_t frame_bytes = kFrameHeaderSize + len;
+    if ((flags & kFlagRpcReply) && !requester_replies_.empty() &&
+        reply_on_requester_lane(node, flags, mh, payload, len))
+        return;
     if (node == cfg_.identity.node_id) {
         // To ourselves: no wire, but the same counters as a peer's traffic.
         PeerShared& self = shm_->peers[node - 1];
@@ -427,6 +430,10 @@ void Engine::on_message(Peer& p, int lane, tiers::ConnId conn, const FrameHeader
         deliver_reply(mh.rpc_id, mh.status, payload + kMessageHeaderSize,
                       h.payload_len - static_cast<uint32_t>(kMessageHeaderSize));
     } else {
+        if ((h.flags & kFlagRpcRequest) && stale_request(p.addr.node_id, mh.rpc_id)) {
+            count(&p.shm->requests_voided);  // its caller has moved on: never run
+            return;
+        }
         if (h.flags & kFlagRpcRequest) count(&p.shm->rpcs_served);
         deliver_to_lms(p.addr.node_id, h.flags, payload, h.payload_len);
         if (overflow_bytes_ >= kBackoffAtBytes) signal_backoff(p);

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -162,6 +163,10 @@ class Engine final : public tiers::TransportHandler, public HandshakePolicy {
         std::unique_ptr<Handshake> handshake;
         std::unique_ptr<FrameGuard> guard;  // once established
         int64_t deadline_us = 0;
+        // A requester lane (lane kRequesterLane): requests in, replies out,
+        // numbered on their own; no session, nothing resent.
+        bool requester = false;
+        uint32_t req_received = 0, req_sent = 0;
     };
     struct Outstanding {
         uint64_t rpc_id;
@@ -175,6 +180,22 @@ class Engine final : public tiers::TransportHandler, public HandshakePolicy {
     // Puts one frame on a connection: with its CRC in crc mode, else sealed
     // by the connection's guard.
     bool send_frame(tiers::ConnId id, FrameHeader h, const uint8_t* payload);
+    // Requester lanes (engine_requesters.cpp).
+    static constexpr int kMaxRequesterLanes = 512;  // per peer node
+    int requester_lanes(int peer) const;
+    void establish_requester(tiers::ConnId id, Conn& c, Peer& p, const PeerIdentity& pid);
+    void on_requester_frame(tiers::ConnId id, Conn& c, Peer& p, const FrameHeader& h,
+                            const uint8_t* payload);
+    // A reply to a request that came on a requester lane goes back on it:
+    // true if it was one (sent, or dropped with its lane gone).
+    bool reply_on_requester_lane(uint16_t node, uint16_t flags, const MessageHeader& mh,
+                                 const uint8_t* payload, uint32_t len);
+    void close_requester_lanes(int peer);
+    void forget_requester_lane(tiers::ConnId id);
+    // An RPC request older than the newest one seen from its process (one RPC
+    // at a time per process): its caller gave up on it, so it must not run
+    // after the newer one, whichever path each took. Records the newest.
+    bool stale_request(uint16_t node, uint64_t rpc_id);
     // Checks a Message before it counts as received: header, type, body size.
     bool valid_message(Peer& p, const FrameHeader& h, const uint8_t* payload);
     void on_message(Peer& p, int lane, tiers::ConnId conn, const FrameHeader& h,
@@ -264,6 +285,11 @@ class Engine final : public tiers::TransportHandler, public HandshakePolicy {
     std::vector<int> peer_index_;  // node id -> index in peers_, or -1
     std::unordered_map<tiers::ConnId, Conn> conns_;
     std::unordered_map<uint32_t, Outstanding> outstanding_;   // by reply slot
+    // Requests taken from requester lanes, until their reply leaves: the
+    // lane each came on, by (source node, rpc_id).
+    std::map<std::pair<uint16_t, uint64_t>, tiers::ConnId> requester_replies_;
+    // Newest RPC generation seen per (node, requesting process's slot).
+    std::unordered_map<uint64_t, uint32_t> newest_rpc_;
     std::vector<std::deque<std::vector<uint8_t>>> overflow_;  // per LMS worker
     // Requests held for the owner to serve in place; counted in overflow_bytes_
     // like the LMS backlog, so the same limits hold.

@@ -317,7 +317,6 @@ void Engine::on_frame(tiers::ConnId id, const FrameHeader& h, const uint8_t* pay
         return;
     }
     Peer& p = peers_[c.peer];
-    Lane& l = p.lanes[c.lane];
     // The guard first: nothing of a frame is believed before its tag verifies.
     FrameHeader ph = h;
     if (!c.guard->open(h, payload, &payload, &ph.payload_len)) {
@@ -340,6 +339,11 @@ void Engine::on_frame(tiers::ConnId id, const FrameHeader& h, const uint8_t* pay
                       std::to_string(p.addr.node_id) + " is shorter than its header");
         return;
     }
+    if (c.requester) {
+        on_requester_frame(id, c, p, ph, payload);
+        return;
+    }
+    Lane& l = p.lanes[c.lane];
     if (seq_after(ph.ack, l.session.last_sent())) {
         drop_conn(id, p, ErrorType::MalformedFrame,
                   "node " + std::to_string(p.addr.node_id) + " acknowledged seq " +
@@ -402,6 +406,11 @@ void Engine::on_closed(tiers::ConnId id, const std::string& reason, FrameError e
     }
     if (c.peer < 0) return;
     Peer& p = peers_[c.peer];
+    if (c.requester) {
+        __atomic_fetch_sub(&p.shm->requester_lanes, 1u, __ATOMIC_RELAXED);
+        forget_requester_lane(id);
+        return;
+    }
     Lane& l = p.lanes[c.lane];
     if (l.conn != id) return;  // an older connection that was replaced
     const bool was_up = l.up;
@@ -466,6 +475,10 @@ void Engine::handshake_failed(tiers::ConnId id, Conn& c) {
 void Engine::establish(tiers::ConnId id, Conn& c) {
     const PeerIdentity pid = c.handshake->peer();
     Peer* pp = peer_by_node(pid.node_id);
+    if (pp != nullptr && pid.lane == kRequesterLane) {
+        establish_requester(id, c, *pp, pid);
+        return;
+    }
     if (pp == nullptr || pid.lane >= pp->lanes.size()) {  // check_peer() let it through
         report(ErrorType::Internal, Severity::Error, pid.node_id,
                "handshake completed for node " + std::to_string(pid.node_id) + " lane " +
@@ -558,6 +571,10 @@ RejectReason Engine::check_peer(uint16_t node_id, const std::string& peer_addres
     bool known = false;
     for (const std::string& h : p->numeric_hosts) known = known || h == addr;
     if (!known) return RejectReason::AddressMismatch;
+    if (lane == kRequesterLane) {  // a backend's own: either side may dial
+        if (shutting_down_) return RejectReason::ShuttingDown;
+        return RejectReason::None;
+    }
     if (p->dialer) return RejectReason::WrongDirection;  // we dial it: one connection per lane
     if (lane >= p->lanes.size()) return RejectReason::UnknownLane;
     if (shutting_down_) return RejectReason::ShuttingDown;
@@ -710,6 +727,7 @@ void Engine::declare_down(Peer& p, const std::string& why) {
            "node " + std::to_string(p.addr.node_id) + " is DOWN: " + why);
     for (Lane& l : p.lanes)
         if (l.conn != 0) close_conn(l.conn);
+    close_requester_lanes(static_cast<int>(&p - peers_.data()));
     fail_outstanding(p.addr.node_id, PGRAC_IC_UNREACHABLE);
     // Their callers were told they failed: if the peer comes back, they must not run.
     void_abandoned_requests(p);
@@ -725,6 +743,10 @@ void Engine::peer_restarted(Peer& p, uint64_t new_incarnation, tiers::ConnId kee
     // new session in its next handshake (the new instance offers none).
     for (Lane& l : p.lanes)
         if (l.up && l.conn != keep) close_conn(l.conn);
+    // Its processes' requests are numbered afresh (a new shared memory).
+    close_requester_lanes(static_cast<int>(&p - peers_.data()));
+    for (auto it = newest_rpc_.begin(); it != newest_rpc_.end();)
+        it = (it->first >> 32) == p.addr.node_id ? newest_rpc_.erase(it) : std::next(it);
     // The other lanes' sessions were with the old instance, which is gone:
     // they start again now, not at their own handshake, so that what is
     // queued on them from now on (after the peer is seen UP again) is for the
@@ -791,7 +813,7 @@ void Engine::set_state(Peer& p, PeerState s) {
 void Engine::close_conn(tiers::ConnId id) {
     auto it = conns_.find(id);
     if (it == conns_.end()) return;
-    if (it->second.peer >= 0) {
+    if (it->second.peer >= 0 && !it->second.requester) {
         Lane& l = peers_[it->second.peer].lanes[it->second.lane];
         if (l.conn == id) l.up = false;
     }

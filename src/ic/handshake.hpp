@@ -37,6 +37,9 @@ inline constexpr uint8_t kMinProtocolVersion = 2;
 inline constexpr uint8_t kMaxProtocolVersion = 2;
 // Handshake frames are small: a connection is held to this until it is authenticated.
 inline constexpr uint32_t kMaxHandshakePayload = 512;
+// The lane id of a requester lane: one backend's own connection to a peer's
+// listener, for its RPCs only (no session to continue, either node may dial).
+inline constexpr uint8_t kRequesterLane = 255;
 // A key shorter than this is accepted with a warning (pgrac_ctl verify, startup).
 inline constexpr size_t kRecommendedKeyBytes = 32;
 

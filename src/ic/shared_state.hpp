@@ -48,6 +48,11 @@ struct PeerShared {
     // arrived (no LMS handoff), and taken in place but handed to an LMS
     // because serving them would have waited (a block not in the buffer pool).
     uint64_t served_in_place, in_place_handoffs;
+    // Requester lanes (docs/architecture.md, "Requester lanes"): RPCs this
+    // node's backends sent to the peer on their own connection, RPCs the
+    // peer's backends sent us that way, and those connections now open.
+    uint64_t direct_rpcs_sent, direct_rpcs_served;
+    uint32_t requester_lanes, requester_lanes_pad;
     uint64_t retransmits, reconnects, duplicates_dropped;
     uint64_t requests_voided;  // retained RPC requests voided: their caller was told they failed
     uint64_t session_resets;   // lane sessions both sides started again (handshake)
@@ -120,6 +125,9 @@ struct IcShared {
     uint32_t listener_ready;  // 1 once the transport is listening
     int32_t lms_procno[kMaxLmsWorkers];
     int64_t started_us;
+    // Requesters busy-polling for a reply right now: past one per spare CPU
+    // they would only take turns with the processes they wait for.
+    uint32_t rpc_spinners;
 
     RdmaStatusShared rdma;
     // Transport-wide counters of the verbs tiers (zero elsewhere).

@@ -1,0 +1,207 @@
+// Requester lanes, the backend's side (requester_path.hpp). The lanes live as
+// long as the process; everything C++ here runs inside guarded() and holds no
+// PostgreSQL resource, so an interrupt is handled by the caller afterwards.
+extern "C" {
+#include "postgres.h"
+
+#include "access/xlog.h"
+#include "miscadmin.h"
+#include "storage/pmsignal.h"
+}
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "capi/requester_path.hpp"
+#include "guc.hpp"
+#include "ic/atomics.hpp"
+#include "ic/handshake.hpp"
+#include "ic/requester_lane.hpp"
+#include "pg_boundary.hpp"
+#include "pgrac_ic/pgrac_ic.h"
+#include "shmem.hpp"
+#include "tiers/tier.hpp"
+
+using namespace pgrac::ic;
+
+namespace pgrac::glue {
+
+namespace {
+
+// After a lane could not be opened or broke, the listeners carry this
+// process's RPCs to that node for a while.
+constexpr uint64_t kRetryAfterNs = 1000ull * 1000 * 1000;
+
+struct NodeLane {
+    std::unique_ptr<RequesterLane> lane;
+    uint64_t incarnation = 0;  // ours when it was opened
+    uint64_t retry_after_ns = 0;
+    bool one_way_sent = false;
+};
+
+// Indexed by node id. Allocated on first use, kept for the process's life.
+std::vector<NodeLane>* g_lanes = nullptr;
+std::vector<uint8_t>* g_key = nullptr;  // cluster.auth_key_file, read once
+bool g_key_failed = false;
+
+NodeLane& lane_of(int node) {
+    if (g_lanes == nullptr) g_lanes = new std::vector<NodeLane>(kMaxNodes + 1);
+    return (*g_lanes)[node];
+}
+
+// Only what ends the wait for good: a cancel or termination (then
+// CHECK_FOR_INTERRUPTS raises it) or the postmaster's death.
+bool must_stop() {
+    return QueryCancelPending || ProcDiePending || !PostmasterIsAlive();
+}
+
+LocalIdentity identity(IcShared* shm) {
+    LocalIdentity id;
+    id.cluster_name = pgrac_cluster_name != nullptr ? pgrac_cluster_name : "";
+    id.system_id = GetSystemIdentifier();
+    id.node_id = static_cast<uint16_t>(pgrac_node_id);
+    id.incarnation = load_acquire(&shm->incarnation);
+    id.max_message = PGRAC_IC_MAX_MESSAGE;
+    id.protection = static_cast<WireProtection>(pgrac_wire_protection);
+    if (g_key != nullptr) id.key = *g_key;
+    return id;
+}
+
+// Loads the key the listener authenticates with (once; a failure keeps this
+// process on the listener path, and the listener reports the file's problem).
+bool have_key() {
+    if (g_key != nullptr) return true;
+    if (g_key_failed || pgrac_auth_key_file == nullptr || *pgrac_auth_key_file == '\0')
+        return false;
+    std::string err;
+    auto key = load_key_file(pgrac_auth_key_file, &err);
+    if (!key) {
+        g_key_failed = true;
+        return false;
+    }
+    g_key = new std::vector<uint8_t>(std::move(*key));
+    return true;
+}
+
+uint64_t now_ns() {
+    return monotonic_ns();
+}
+
+}  // namespace
+
+bool requester_lane_usable(IcShared* shm, int node) {
+    if (!pgrac_requester_lanes || node == pgrac_node_id || node < 1 || node > kMaxNodes)
+        return false;
+    if (load_acquire(&shm->tier_active) != static_cast<uint32_t>(tiers::Tier::Tier3)) return false;
+    const PeerShared* p = peer_shared(shm, static_cast<uint32_t>(node));
+    if (p == nullptr || load_relaxed(&p->state) != static_cast<uint32_t>(PeerState::Up))
+        return false;
+    const NodeLane& nl = lane_of(node);
+    if (nl.one_way_sent || now_ns() < nl.retry_after_ns) return false;
+    return have_key();
+}
+
+void note_one_way_message(int node) {
+    if (node >= 1 && node <= kMaxNodes && node != pgrac_node_id) lane_of(node).one_way_sent = true;
+}
+
+void requester_rpc(IcShared* shm, int node, const MessageHeader& mh, uint16_t frame_flags,
+                   const void* body, uint32_t len, void* reply_buf, uint32_t reply_cap,
+                   uint64_t spin_ns, uint64_t deadline_ns, RequesterOutcome* out) {
+    *out = RequesterOutcome{};
+    char err[256] = "";
+    const bool ok = guarded(
+        [&] {
+            NodeLane& nl = lane_of(node);
+            const uint64_t incarnation = load_acquire(&shm->incarnation);
+            if (nl.lane != nullptr && nl.incarnation != incarnation) nl.lane.reset();
+            if (nl.lane == nullptr || !nl.lane->is_open()) {
+                const PeerShared* p = peer_shared(shm, static_cast<uint32_t>(node));
+                const auto& nodes = configured_nodes();
+                const NodeAddress* addr = nullptr;
+                for (const NodeAddress& a : nodes)
+                    if (a.node_id == node) addr = &a;
+                if (p == nullptr || addr == nullptr) return;
+                nl.lane = std::make_unique<RequesterLane>(
+                    identity(shm), static_cast<uint16_t>(node), addr->host, addr->port);
+                nl.incarnation = incarnation;
+                std::string why;
+                const auto r = nl.lane->open(deadline_ns, must_stop, &why);
+                if (r != RequesterLane::Result::Ok) {
+                    // Nothing sent: the listeners take this RPC.
+                    nl.lane.reset();
+                    nl.retry_after_ns = now_ns() + kRetryAfterNs;
+                    out->interrupted = r == RequesterLane::Result::Interrupted;
+                    return;
+                }
+            }
+            std::vector<uint8_t> payload(kMessageHeaderSize + len);
+            encode_message_header(mh, payload.data());
+            if (len > 0) std::memcpy(payload.data() + kMessageHeaderSize, body, len);
+            std::vector<uint8_t> reply;
+            bool sent = false;
+            std::string why;
+            const auto r =
+                nl.lane->call(payload.data(), static_cast<uint32_t>(payload.size()), frame_flags,
+                              mh.rpc_id, spin_ns, deadline_ns, must_stop, &reply, &sent, &why);
+            out->taken = sent;
+            if (!sent) {  // could not even start writing: the listeners take it
+                nl.retry_after_ns = now_ns() + kRetryAfterNs;
+                return;
+            }
+            PeerShared* p = peer_shared(shm, static_cast<uint32_t>(node));
+            count(&p->rpcs_sent);
+            count(&p->direct_rpcs_sent);
+            count(&p->msgs_sent);
+            count<uint64_t>(&p->bytes_sent, kFrameHeaderSize + payload.size());
+            switch (r) {
+                case RequesterLane::Result::Ok: {
+                    MessageHeader rh;
+                    decode_message_header(reply.data(), static_cast<uint32_t>(reply.size()), &rh);
+                    count(&p->msgs_recv);
+                    count<uint64_t>(&p->bytes_recv, kFrameHeaderSize + reply.size());
+                    uint32_t n = static_cast<uint32_t>(reply.size() - kMessageHeaderSize);
+                    out->status = static_cast<int>(rh.status);
+                    if (n > reply_cap) {
+                        if (out->status == PGRAC_IC_OK) out->status = PGRAC_IC_REPLY_TOO_BIG;
+                        n = reply_cap;
+                    }
+                    if (n > 0) std::memcpy(reply_buf, reply.data() + kMessageHeaderSize, n);
+                    out->reply_len = n;
+                    return;
+                }
+                case RequesterLane::Result::Timeout: {
+                    out->status = PGRAC_IC_TIMEOUT;
+                    const std::string text = "RPC (message type " + std::to_string(mh.msg_type) +
+                                             ") to node " + std::to_string(node) +
+                                             " timed out on its requester lane";
+                    shm->errors.add(ErrorType::RpcTimeout, Severity::Warning, node, unix_time_us(),
+                                    text.c_str());
+                    break;
+                }
+                case RequesterLane::Result::Interrupted:
+                    out->interrupted = true;
+                    out->status = PGRAC_IC_PEER_RESET;
+                    break;
+                case RequesterLane::Result::Failed: {
+                    // Outcome unknown, as when a session is reset under a request.
+                    out->status = PGRAC_IC_PEER_RESET;
+                    const std::string text = "requester lane to node " + std::to_string(node) +
+                                             " failed during an RPC: " + why;
+                    shm->errors.add(ErrorType::PeerReset, Severity::Warning, node, unix_time_us(),
+                                    text.c_str());
+                    break;
+                }
+            }
+            nl.retry_after_ns = now_ns() + kRetryAfterNs;
+        },
+        err, sizeof err);
+    if (!ok) {  // out of memory, say: the lane starts again next time
+        if (g_lanes != nullptr) lane_of(node).lane.reset();
+        if (out->taken) out->status = PGRAC_IC_PEER_RESET;
+    }
+}
+
+}  // namespace pgrac::glue

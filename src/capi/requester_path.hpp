@@ -1,0 +1,38 @@
+// Requester lanes, the backend's side: pgrac_ic_rpc() to another node on
+// tier3 goes over a connection of this process's own to that node's listener
+// (ic/requester_lane.hpp) when it may, and through the listeners otherwise.
+#pragma once
+
+#include <cstdint>
+
+#include "ic/frame.hpp"
+#include "ic/shared_state.hpp"
+
+namespace pgrac::glue {
+
+// What requester_rpc() reports besides the RPC's status.
+struct RequesterOutcome {
+    bool taken = false;        // false: nothing was sent; use the listeners
+    bool interrupted = false;  // a cancel, a termination or postmaster death cut it short
+    int status = 0;            // pgrac_ic_status, if taken
+    uint32_t reply_len = 0;
+};
+
+// May this process's next RPC to `node` take its own lane? Not to itself,
+// not while it has one-way messages to the node that could still be on the
+// way through the listeners (they would be overtaken), not right after its
+// lane failed, and only on tier3 with cluster.requester_lanes on.
+bool requester_lane_usable(pgrac::ic::IcShared* shm, int node);
+
+// One RPC on the lane (opened first if needed). Never raises a PostgreSQL
+// error: the caller handles out.interrupted (CHECK_FOR_INTERRUPTS) itself.
+void requester_rpc(pgrac::ic::IcShared* shm, int node, const pgrac::ic::MessageHeader& mh,
+                   uint16_t frame_flags, const void* body, uint32_t len, void* reply_buf,
+                   uint32_t reply_cap, uint64_t spin_ns, uint64_t deadline_ns,
+                   RequesterOutcome* out);
+
+// A one-way message to `node` went through the listeners: this process's
+// RPCs to it take that path from now on, so that none overtakes it.
+void note_one_way_message(int node);
+
+}  // namespace pgrac::glue

@@ -1,0 +1,146 @@
+// Requester lanes, the serving side: a peer's backend connects to this
+// listener on its own (lane kRequesterLane, the same handshake), sends its RPC
+// requests there and gets each reply back on that connection, so that neither
+// its own listener nor ours has to relay them through shared memory. Requests
+// are served as those of a peer lane are (in place or by an LMS worker); what
+// differs is that nothing is resent: a lane that breaks fails its request at
+// the requester, and stale_request() keeps a late one from running after a
+// newer request of the same process (docs/architecture.md).
+#include <string>
+
+#include "ic/atomics.hpp"
+#include "ic/engine.hpp"
+
+namespace pgrac::ic {
+
+int Engine::requester_lanes(int peer) const {
+    int n = 0;
+    for (const auto& [id, c] : conns_) n += c.requester && c.peer == peer ? 1 : 0;
+    return n;
+}
+
+void Engine::establish_requester(tiers::ConnId id, Conn& c, Peer& p, const PeerIdentity& pid) {
+    // Only from the instance we hold a session with, while it is UP: a
+    // requester of an instance we have not met (or that restarted) waits for
+    // the peer lanes to settle that first.
+    if (p.state != PeerState::Up || p.incarnation != pid.incarnation) {
+        report_throttled(ErrorType::HandshakeFailed, Severity::Warning, pid.node_id,
+                         "requester lane from node " + std::to_string(pid.node_id) +
+                             " refused: the node is not UP here as incarnation " +
+                             std::to_string(pid.incarnation));
+        close_conn(id);
+        return;
+    }
+    const int peer = static_cast<int>(&p - peers_.data());
+    if (requester_lanes(peer) >= kMaxRequesterLanes) {
+        report_throttled(ErrorType::UnauthenticatedLimit, Severity::Warning, pid.node_id,
+                         "requester lane from node " + std::to_string(pid.node_id) +
+                             " refused: it has " + std::to_string(kMaxRequesterLanes) +
+                             " open already");
+        close_conn(id);
+        return;
+    }
+    c.peer = peer;
+    c.lane = kRequesterLane;
+    c.requester = true;
+    c.established = true;
+    c.guard = std::make_unique<FrameGuard>(pid.protection, pid.keys, cfg_.rekey_interval);
+    c.handshake.reset();
+    transport_->set_max_payload(
+        id, static_cast<uint32_t>(kMessageHeaderSize + cfg_.identity.max_message + kFrameTagSize));
+    count(&p.shm->requester_lanes);
+}
+
+void Engine::on_requester_frame(tiers::ConnId id, Conn& c, Peer& p, const FrameHeader& h,
+                                const uint8_t* payload) {
+    const std::string from = " on a requester lane of node " + std::to_string(p.addr.node_id);
+    if (h.type != FrameType::Message || !(h.flags & kFlagRpcRequest)) {
+        drop_conn(id, p, ErrorType::MalformedFrame,
+                  std::string("a ") + frame_type_name(h.type) +
+                      " frame that is not an RPC request" + from);
+        return;
+    }
+    if (h.seq != c.req_received + 1) {
+        drop_conn(id, p, ErrorType::MalformedFrame,
+                  "request seq " + std::to_string(h.seq) + " after " +
+                      std::to_string(c.req_received) + from);
+        return;
+    }
+    if (!valid_message(p, h, payload)) {
+        close_conn(id);
+        return;
+    }
+    // Nothing to resend from: a request that does not fit is refused with its
+    // lane, before it runs, and the requester reports the failure.
+    if (!backlog_has_room(h.payload_len)) {
+        count(&p.shm->backpressure_stalls);
+        report(ErrorType::InboxFull, Severity::Error, p.addr.node_id,
+               "LMS backlog full: requester lane of node " + std::to_string(p.addr.node_id) +
+                   " closed with its request refused");
+        close_conn(id);
+        return;
+    }
+    c.req_received = h.seq;
+    count(&p.shm->msgs_recv);
+    count<uint64_t>(&p.shm->bytes_recv, kFrameHeaderSize + h.payload_len);
+    MessageHeader mh;
+    decode_message_header(payload, h.payload_len, &mh);
+    store_relaxed(&p.shm->epoch_seen, mh.epoch);
+    if (stale_request(p.addr.node_id, mh.rpc_id)) {
+        count(&p.shm->requests_voided);
+        return;
+    }
+    count(&p.shm->rpcs_served);
+    count(&p.shm->direct_rpcs_served);
+    requester_replies_[{p.addr.node_id, mh.rpc_id}] = id;
+    deliver_to_lms(p.addr.node_id, h.flags, payload, h.payload_len);
+}
+
+bool Engine::reply_on_requester_lane(uint16_t node, uint16_t flags, const MessageHeader& mh,
+                                     const uint8_t* payload, uint32_t len) {
+    auto it = requester_replies_.find({node, mh.rpc_id});
+    if (it == requester_replies_.end()) return false;
+    const tiers::ConnId id = it->second;
+    requester_replies_.erase(it);
+    release_queued(node, 1, kFrameHeaderSize + len);
+    auto ci = conns_.find(id);
+    if (ci == conns_.end() || !ci->second.requester) return true;  // its requester is gone
+    Conn& c = ci->second;
+    FrameHeader h;
+    h.type = FrameType::Message;
+    h.flags = flags & kKnownFrameFlags;
+    h.src_node = cfg_.identity.node_id;
+    h.payload_len = len;
+    h.seq = ++c.req_sent;
+    h.ack = c.req_received;
+    if (!send_frame(id, h, payload)) {
+        close_conn(id);
+        return true;
+    }
+    PeerShared* ps = peers_[c.peer].shm;
+    count(&ps->msgs_sent);
+    count<uint64_t>(&ps->bytes_sent, kFrameHeaderSize + len);
+    return true;
+}
+
+void Engine::close_requester_lanes(int peer) {
+    for (const auto& [id, c] : conns_)
+        if (c.requester && c.peer == peer) transport_->close(id);
+}
+
+void Engine::forget_requester_lane(tiers::ConnId id) {
+    for (auto it = requester_replies_.begin(); it != requester_replies_.end();)
+        it = it->second == id ? requester_replies_.erase(it) : std::next(it);
+}
+
+bool Engine::stale_request(uint16_t node, uint64_t rpc_id) {
+    const uint64_t key = (static_cast<uint64_t>(node) << 32) | rpc_slot(rpc_id);
+    const uint32_t gen = static_cast<uint32_t>(rpc_id);
+    auto [it, fresh] = newest_rpc_.emplace(key, gen);
+    if (fresh) return false;
+    if (static_cast<int32_t>(gen - it->second) < 0) return true;
+    it->second = gen;
+    return false;
+}
+
+}  // namespace pgrac::ic

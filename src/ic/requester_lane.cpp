@@ -1,0 +1,241 @@
+// Requester lane, the requesting side (requester_lane.hpp).
+#include "ic/requester_lane.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <poll.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "tiers/tcp_socket.hpp"
+
+namespace pgrac::ic {
+
+namespace {
+
+uint64_t now_ns() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// Longest single sleep: interrupts are looked at at least this often.
+constexpr int kSliceMs = 10;
+
+// The dialer's side of the handshake policy: a requester lane offers no
+// session and takes any instance the listener would.
+class NoSessionPolicy : public HandshakePolicy {
+  public:
+    RejectReason check_peer(uint16_t, const std::string&, uint8_t) override {
+        return RejectReason::None;
+    }
+    LaneState lane_state(uint16_t, uint8_t) override { return {}; }
+    RejectReason admit(uint16_t, uint64_t, std::string*) override { return RejectReason::None; }
+};
+
+}  // namespace
+
+RequesterLane::RequesterLane(LocalIdentity local, uint16_t peer_node, std::string host,
+                             uint16_t port)
+    : local_(std::move(local)), peer_node_(peer_node), host_(std::move(host)), port_(port) {}
+
+RequesterLane::~RequesterLane() {
+    close();
+}
+
+void RequesterLane::close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+    guard_.reset();
+    decoder_.reset();
+    sent_ = received_ = 0;
+}
+
+RequesterLane::Result RequesterLane::fail(Result r, const std::string& why, std::string* error) {
+    close();
+    if (error != nullptr) *error = why;
+    return r;
+}
+
+RequesterLane::Result RequesterLane::write_all(const uint8_t* data, size_t n, uint64_t deadline_ns,
+                                               InterruptCheck interrupted, std::string* error) {
+    size_t off = 0;
+    while (off < n) {
+        const ssize_t w = ::send(fd_, data + off, n - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0) {
+            off += static_cast<size_t>(w);
+            continue;
+        }
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+            return fail(Result::Failed,
+                        tiers::sys_error("send to node " + std::to_string(peer_node_), errno),
+                        error);
+        const uint64_t now = now_ns();
+        if (now >= deadline_ns) return fail(Result::Timeout, "send timed out", error);
+        if (interrupted != nullptr && interrupted())
+            return fail(Result::Interrupted, "interrupted", error);
+        pollfd pfd{fd_, POLLOUT, 0};
+        const int ms =
+            static_cast<int>(std::min<uint64_t>((deadline_ns - now) / 1000000 + 1, kSliceMs));
+        (void)::poll(&pfd, 1, ms);
+    }
+    return Result::Ok;
+}
+
+RequesterLane::Result RequesterLane::read_frame(FrameHeader* h, const uint8_t** payload,
+                                                uint64_t spin_ns, uint64_t deadline_ns,
+                                                InterruptCheck interrupted, std::string* error) {
+    const uint64_t spin_end = spin_ns > 0 ? now_ns() + spin_ns : 0;
+    for (;;) {
+        if (decoder_->next(h, payload)) return Result::Ok;
+        if (decoder_->error() != FrameError::None)
+            return fail(Result::Failed,
+                        std::string("bad frame from node ") + std::to_string(peer_node_) + ": " +
+                            frame_error_name(decoder_->error()),
+                        error);
+        uint8_t* w = decoder_->write_ptr(16384);
+        const ssize_t r = ::recv(fd_, w, 16384, MSG_DONTWAIT);
+        if (r > 0) {
+            decoder_->commit(static_cast<size_t>(r));
+            continue;
+        }
+        if (r == 0)
+            return fail(Result::Failed, "node " + std::to_string(peer_node_) + " closed the lane",
+                        error);
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK)
+            return fail(Result::Failed,
+                        tiers::sys_error("recv from node " + std::to_string(peer_node_), errno),
+                        error);
+        const uint64_t now = now_ns();
+        if (now >= deadline_ns) return fail(Result::Timeout, "no reply before the deadline", error);
+        if (interrupted != nullptr && interrupted())
+            return fail(Result::Interrupted, "interrupted", error);
+        if (now < spin_end) {
+            sched_yield();  // let the peer's listener have this CPU
+            continue;
+        }
+        pollfd pfd{fd_, POLLIN, 0};
+        const int ms =
+            static_cast<int>(std::min<uint64_t>((deadline_ns - now) / 1000000 + 1, kSliceMs));
+        (void)::poll(&pfd, 1, ms);
+    }
+}
+
+RequesterLane::Result RequesterLane::open(uint64_t deadline_ns, InterruptCheck interrupted,
+                                          std::string* error) {
+    close();
+    std::vector<tiers::SocketAddress> addrs;
+    std::string err;
+    if (!tiers::resolve_tcp(host_, port_, false, &addrs, &err) || addrs.empty())
+        return fail(Result::Failed, err, error);
+    fd_ = tiers::open_tcp_socket(addrs[0].addr.ss_family, 0, 0);
+    if (fd_ < 0) return fail(Result::Failed, tiers::sys_error("socket", errno), error);
+    if (::connect(fd_, reinterpret_cast<const sockaddr*>(&addrs[0].addr), addrs[0].len) != 0 &&
+        errno != EINPROGRESS)
+        return fail(Result::Failed,
+                    tiers::sys_error("connect to " + tiers::endpoint_text(host_, port_), errno),
+                    error);
+    for (;;) {  // the connect completes when the socket becomes writable
+        pollfd pfd{fd_, POLLOUT, 0};
+        const uint64_t now = now_ns();
+        if (now >= deadline_ns) return fail(Result::Timeout, "connect timed out", error);
+        if (interrupted != nullptr && interrupted())
+            return fail(Result::Interrupted, "interrupted", error);
+        const int ms =
+            static_cast<int>(std::min<uint64_t>((deadline_ns - now) / 1000000 + 1, kSliceMs));
+        if (::poll(&pfd, 1, ms) > 0) break;
+    }
+    int soerr = 0;
+    socklen_t sl = sizeof soerr;
+    if (getsockopt(fd_, SOL_SOCKET, SO_ERROR, &soerr, &sl) != 0 || soerr != 0)
+        return fail(Result::Failed,
+                    tiers::sys_error("connect to " + tiers::endpoint_text(host_, port_), soerr),
+                    error);
+
+    decoder_ = std::make_unique<FrameStreamDecoder>(kMaxHandshakePayload);
+    NoSessionPolicy policy;
+    Handshake hs(Handshake::Role::Dialer, local_, policy, peer_node_, host_, kRequesterLane);
+    std::vector<HandshakeOutput> out = hs.start();
+    for (;;) {
+        for (const HandshakeOutput& o : out) {
+            FrameHeader h;
+            h.type = o.type;
+            h.src_node = local_.node_id;
+            h.payload_len = static_cast<uint32_t>(o.payload.size());
+            frame_.resize(kFrameHeaderSize + o.payload.size());
+            encode_frame_header(h, o.payload.data(), frame_.data());
+            if (!o.payload.empty())
+                std::memcpy(frame_.data() + kFrameHeaderSize, o.payload.data(), o.payload.size());
+            const Result r =
+                write_all(frame_.data(), frame_.size(), deadline_ns, interrupted, error);
+            if (r != Result::Ok) return r;
+        }
+        out.clear();
+        if (hs.done()) break;
+        if (hs.failed()) return fail(Result::Failed, hs.error_text(), error);
+        FrameHeader h;
+        const uint8_t* payload = nullptr;
+        const Result r = read_frame(&h, &payload, 0, deadline_ns, interrupted, error);
+        if (r != Result::Ok) return r;
+        hs.on_frame(h.type, h.src_node, payload, h.payload_len, &out);
+    }
+    const PeerIdentity& peer = hs.peer();
+    guard_ = std::make_unique<FrameGuard>(peer.protection, peer.keys);
+    decoder_->set_max_payload(
+        static_cast<uint32_t>(kMessageHeaderSize + local_.max_message + kFrameTagSize));
+    return Result::Ok;
+}
+
+RequesterLane::Result RequesterLane::call(const uint8_t* payload, uint32_t len, uint16_t flags,
+                                          uint64_t rpc_id, uint64_t spin_ns, uint64_t deadline_ns,
+                                          InterruptCheck interrupted, std::vector<uint8_t>* reply,
+                                          bool* sent, std::string* error) {
+    *sent = false;
+    if (!is_open()) return fail(Result::Failed, "requester lane is not open", error);
+    FrameHeader h;
+    h.type = FrameType::Message;
+    h.flags = static_cast<uint16_t>(flags | kFlagRpcRequest);
+    h.src_node = local_.node_id;
+    h.payload_len = len;
+    h.seq = ++sent_;
+    h.ack = received_;
+    if (guard_->mode() == WireProtection::Crc) {
+        frame_.resize(kFrameHeaderSize + len);
+        encode_frame_header(h, payload, frame_.data());
+        std::memcpy(frame_.data() + kFrameHeaderSize, payload, len);
+    } else {
+        guard_->seal(h, payload, len, &frame_);
+    }
+    *sent = true;  // from the first byte on, the peer may run it
+    Result r = write_all(frame_.data(), frame_.size(), deadline_ns, interrupted, error);
+    if (r != Result::Ok) return r;
+    FrameHeader rh;
+    const uint8_t* rp = nullptr;
+    r = read_frame(&rh, &rp, spin_ns, deadline_ns, interrupted, error);
+    if (r != Result::Ok) return r;
+    const uint8_t* plain = nullptr;
+    uint32_t plain_len = 0;
+    if (!guard_->open(rh, rp, &plain, &plain_len))
+        return fail(
+            Result::Failed,
+            "reply from node " + std::to_string(peer_node_) + " failed its authentication tag",
+            error);
+    MessageHeader mh;
+    if (rh.type != FrameType::Message || !(rh.flags & kFlagRpcReply) || rh.src_node != peer_node_ ||
+        rh.seq != received_ + 1 || plain_len < kMessageHeaderSize ||
+        decode_message_header(plain, plain_len, &mh) != FrameError::None || mh.rpc_id != rpc_id)
+        return fail(
+            Result::Failed,
+            "unexpected frame from node " + std::to_string(peer_node_) + " on a requester lane",
+            error);
+    received_ = rh.seq;
+    reply->assign(plain, plain + plain_len);
+    return Result::Ok;
+}
+
+}  // namespace pgrac::ic

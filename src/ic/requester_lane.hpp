@@ -1,0 +1,68 @@
+// Requester lane, the requesting side: one process's own connection to a
+// peer's listener, for its RPCs. The process writes each request itself and
+// reads the reply itself, so that an RPC costs two process wakeups (the peer's
+// listener and back), where the path through the listeners costs four.
+//
+// Same handshake and frame protection as a peer lane (lane kRequesterLane),
+// but no session: a request is sent once and never again. Whatever goes wrong
+// after a request was written leaves its outcome unknown; the call says so
+// (*sent) and closes the lane. docs/architecture.md, "Requester lanes".
+//
+// Synchronous and PostgreSQL-free: every wait is a poll() bounded by a
+// deadline and cut short when `interrupted` says so (the caller then handles
+// its interrupt outside this code).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ic/frame.hpp"
+#include "ic/frame_guard.hpp"
+#include "ic/handshake.hpp"
+
+namespace pgrac::ic {
+
+class RequesterLane {
+  public:
+    enum class Result { Ok, Timeout, Interrupted, Failed };
+    using InterruptCheck = bool (*)();
+
+    RequesterLane(LocalIdentity local, uint16_t peer_node, std::string host, uint16_t port);
+    ~RequesterLane();
+    RequesterLane(const RequesterLane&) = delete;
+    RequesterLane& operator=(const RequesterLane&) = delete;
+
+    // Connects and authenticates. Nothing but the handshake is sent.
+    Result open(uint64_t deadline_ns, InterruptCheck interrupted, std::string* error);
+    bool is_open() const { return fd_ >= 0 && guard_ != nullptr; }
+    void close();
+
+    // One RPC: payload is the message header and body. Polls for the reply
+    // for up to spin_ns (sched_yield between looks), then sleeps in poll().
+    // Ok: *reply holds the reply's message header and body. Otherwise the
+    // lane is closed, and *sent tells whether the request may have run.
+    Result call(const uint8_t* payload, uint32_t len, uint16_t flags, uint64_t rpc_id,
+                uint64_t spin_ns, uint64_t deadline_ns, InterruptCheck interrupted,
+                std::vector<uint8_t>* reply, bool* sent, std::string* error);
+
+  private:
+    Result write_all(const uint8_t* data, size_t n, uint64_t deadline_ns,
+                     InterruptCheck interrupted, std::string* error);
+    Result read_frame(FrameHeader* h, const uint8_t** payload, uint64_t spin_ns,
+                      uint64_t deadline_ns, InterruptCheck interrupted, std::string* error);
+    Result fail(Result r, const std::string& why, std::string* error);
+
+    LocalIdentity local_;
+    uint16_t peer_node_;
+    std::string host_;
+    uint16_t port_;
+    int fd_ = -1;
+    std::unique_ptr<FrameGuard> guard_;
+    std::unique_ptr<FrameStreamDecoder> decoder_;
+    uint32_t sent_ = 0, received_ = 0;  // request and reply numbering
+    std::vector<uint8_t> frame_;        // the frame being written
+};
+
+}  // namespace pgrac::ic

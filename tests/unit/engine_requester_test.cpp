@@ -1,0 +1,192 @@
+// Requester lanes: a process's own connection to a peer's listener. Its
+// requests are served (in place or by an LMS worker) and answered on it; a
+// stale request never runs after a newer one of the same process; frames other
+// than requests, and lanes of a node that is not UP, are refused.
+#include <atomic>
+#include <thread>
+
+#include "engine_fixture.hpp"
+#include "ic/requester_lane.hpp"
+
+namespace pgrac::ic::enginetest {
+namespace {
+
+constexpr uint16_t kRpcType = 300;
+
+uint64_t now_ns() {
+    return static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+            .count());
+}
+
+std::vector<uint8_t> request(uint64_t rpc_id, const std::vector<uint8_t>& body,
+                             uint16_t type = kRpcType) {
+    MessageHeader mh;
+    mh.msg_type = type;
+    mh.route_key = 7;
+    mh.rpc_id = rpc_id;
+    std::vector<uint8_t> p(kMessageHeaderSize + body.size());
+    encode_message_header(mh, p.data());
+    std::copy(body.begin(), body.end(), p.begin() + kMessageHeaderSize);
+    return p;
+}
+
+class RequesterTest : public EngineTest {
+  protected:
+    // Runs f on a thread of its own (the lane blocks) while the engines run.
+    template <typename F>
+    void with_engines(F f) {
+        std::atomic<bool> done{false};
+        std::thread t([&] {
+            f();
+            done = true;
+        });
+        pump([&] { return done.load(); }, std::chrono::milliseconds(20000));
+        t.join();
+    }
+    std::unique_ptr<RequesterLane> lane_to(uint16_t from, uint16_t to) {
+        EngineConfig c = make_config(from, addrs_);
+        const NodeAddress& a = addrs_[to - 1];
+        return std::make_unique<RequesterLane>(c.identity, to, a.host, a.port);
+    }
+    RequesterLane::Result open(RequesterLane& l, std::string* err) {
+        RequesterLane::Result r = RequesterLane::Result::Failed;
+        with_engines([&] { r = l.open(now_ns() + 5000000000ull, nullptr, err); });
+        return r;
+    }
+    RequesterLane::Result call(RequesterLane& l, uint64_t rpc_id, const std::vector<uint8_t>& body,
+                               std::vector<uint8_t>* reply, bool* sent, std::string* err,
+                               uint64_t timeout_ns = 5000000000ull) {
+        RequesterLane::Result r = RequesterLane::Result::Failed;
+        const auto req = request(rpc_id, body);
+        with_engines([&] {
+            r = l.call(req.data(), static_cast<uint32_t>(req.size()), 0, rpc_id, 0,
+                       now_ns() + timeout_ns, nullptr, reply, sent, err);
+        });
+        return r;
+    }
+};
+
+void serve_rpcs_in_place(EngineConfig& c) {
+    c.serve_in_place.assign(PGRAC_IC_MAX_MSG_TYPE + 1, false);
+    c.serve_in_place[kRpcType] = true;
+}
+
+TEST_F(RequesterTest, RequestsAreServedInPlaceAndAnsweredOnTheLane) {
+    make(2, serve_rpcs_in_place);
+    bring_up();
+    TestNode& b = node(2);
+    auto lane = lane_to(1, 2);
+    std::string err;
+    ASSERT_EQ(open(*lane, &err), RequesterLane::Result::Ok) << err;
+    EXPECT_EQ(load_relaxed(&b.peer(1).requester_lanes), 1u);
+    for (uint32_t i = 1; i <= 20; i++) {
+        const auto body = pattern(64 + 400 * i, i);
+        std::vector<uint8_t> reply;
+        bool sent = false;
+        ASSERT_EQ(call(*lane, make_rpc_id(3, i), body, &reply, &sent, &err),
+                  RequesterLane::Result::Ok)
+            << err;
+        ASSERT_GE(reply.size(), kMessageHeaderSize);
+        EXPECT_EQ(std::vector<uint8_t>(reply.begin() + kMessageHeaderSize, reply.end()), body);
+    }
+    EXPECT_EQ(b.served_in_place.size(), 20u);
+    EXPECT_EQ(load_relaxed(&b.peer(1).direct_rpcs_served), 20u);
+    EXPECT_EQ(load_relaxed(&b.peer(1).rpcs_served), 20u);
+    // The replies gave back the send budget they took.
+    EXPECT_TRUE(pump([&] { return load_relaxed(&b.peer(1).queued_msgs) == 0; }));
+    lane->close();
+    EXPECT_TRUE(pump([&] { return load_relaxed(&b.peer(1).requester_lanes) == 0; }));
+}
+
+TEST_F(RequesterTest, RequestsAnLmsWorkerServesAreAnsweredOnTheLane) {
+    make(2);
+    bring_up();
+    auto lane = lane_to(1, 2);
+    std::string err;
+    ASSERT_EQ(open(*lane, &err), RequesterLane::Result::Ok) << err;
+    std::vector<uint8_t> reply;
+    bool sent = false;
+    const auto body = pattern(8192, 9);
+    ASSERT_EQ(call(*lane, make_rpc_id(4, 1), body, &reply, &sent, &err), RequesterLane::Result::Ok)
+        << err;
+    EXPECT_EQ(std::vector<uint8_t>(reply.begin() + kMessageHeaderSize, reply.end()), body);
+    EXPECT_EQ(node(2).received.size(), 1u) << "an LMS worker took it";
+}
+
+TEST_F(RequesterTest, AStaleRequestNeverRunsAfterANewerOneOfItsProcess) {
+    make(2, serve_rpcs_in_place);
+    bring_up();
+    TestNode& b = node(2);
+    // The newer request (generation 1 of slot 3) over the peer lanes...
+    std::vector<uint8_t> reply;
+    ASSERT_EQ(rpc(1, 2, pattern(64, 1), &reply, 3), PGRAC_IC_OK);
+    // ... then an older one of the same slot on a requester lane: voided.
+    auto lane = lane_to(1, 2);
+    std::string err;
+    ASSERT_EQ(open(*lane, &err), RequesterLane::Result::Ok) << err;
+    const uint64_t voided_before = load_relaxed(&b.peer(1).requests_voided);
+    bool sent = false;
+    EXPECT_EQ(call(*lane, make_rpc_id(3, 0), pattern(64, 2), &reply, &sent, &err, 300000000ull),
+              RequesterLane::Result::Timeout);
+    EXPECT_TRUE(sent);
+    EXPECT_EQ(load_relaxed(&b.peer(1).requests_voided), voided_before + 1);
+    EXPECT_EQ(b.served_in_place.size(), 1u) << "only the newer request ran";
+}
+
+TEST_F(RequesterTest, AFrameThatIsNotARequestDropsTheLane) {
+    make(2, serve_rpcs_in_place);
+    bring_up();
+    TestNode& b = node(2);
+    auto lane = lane_to(1, 2);
+    std::string err;
+    ASSERT_EQ(open(*lane, &err), RequesterLane::Result::Ok) << err;
+    const uint64_t malformed = b.errors(ErrorType::MalformedFrame);
+    // A reply-flagged frame where only requests may come.
+    std::vector<uint8_t> reply;
+    bool sent = false;
+    RequesterLane::Result r = RequesterLane::Result::Ok;
+    const auto req = request(make_rpc_id(5, 1), pattern(32, 3));
+    with_engines([&] {
+        r = lane->call(req.data(), static_cast<uint32_t>(req.size()), kFlagRpcReply,
+                       make_rpc_id(5, 1), 0, now_ns() + 2000000000ull, nullptr, &reply, &sent,
+                       &err);
+    });
+    EXPECT_NE(r, RequesterLane::Result::Ok);
+    EXPECT_FALSE(lane->is_open());
+    EXPECT_TRUE(pump([&] { return b.errors(ErrorType::MalformedFrame) > malformed; }));
+    EXPECT_EQ(b.served_in_place.size(), 0u);
+    EXPECT_EQ(b.state_of(1), PeerState::Up) << "the peer lanes are untouched";
+}
+
+TEST_F(RequesterTest, AWrongKeyIsRefused) {
+    make(2, serve_rpcs_in_place);
+    bring_up();
+    EngineConfig c = make_config(1, addrs_);
+    c.identity.key.assign(40, 'x');
+    RequesterLane lane(c.identity, 2, addrs_[1].host, addrs_[1].port);
+    std::string err;
+    EXPECT_EQ(open(lane, &err), RequesterLane::Result::Failed);
+    EXPECT_FALSE(lane.is_open());
+    EXPECT_EQ(load_relaxed(&node(2).peer(1).requester_lanes), 0u);
+}
+
+TEST_F(RequesterTest, ALaneFromAnotherIncarnationIsClosed) {
+    make(2, serve_rpcs_in_place);
+    bring_up();
+    EngineConfig c = make_config(1, addrs_, 777);  // not the instance node 2 knows
+    RequesterLane lane(c.identity, 2, addrs_[1].host, addrs_[1].port);
+    std::string err;
+    RequesterLane::Result r = open(lane, &err);
+    if (r == RequesterLane::Result::Ok) {
+        // The acceptor closes it right after the handshake: the first call fails.
+        std::vector<uint8_t> reply;
+        bool sent = false;
+        r = call(lane, make_rpc_id(6, 1), pattern(16, 1), &reply, &sent, &err, 1000000000ull);
+    }
+    EXPECT_NE(r, RequesterLane::Result::Ok);
+    EXPECT_EQ(load_relaxed(&node(2).peer(1).direct_rpcs_served), 0u);
+}
+
+}  // namespace
+}  // namespace pgrac::ic::enginetest
