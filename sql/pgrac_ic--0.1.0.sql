@@ -26,7 +26,8 @@ CREATE FUNCTION pgrac_ic_counters(
     OUT queued_msgs bigint, OUT queued_bytes bigint, OUT mr_cache_hit_rate float8,
     OUT cq_overflow_count bigint, OUT p50_latency_us float8, OUT p99_latency_us float8,
     OUT p999_latency_us float8, OUT latency_samples bigint, OUT verbs_sends bigint,
-    OUT verbs_recvs bigint, OUT served_in_place bigint, OUT in_place_handoffs bigint)
+    OUT verbs_recvs bigint, OUT served_in_place bigint, OUT in_place_handoffs bigint,
+    OUT direct_rpcs_sent bigint, OUT direct_rpcs_served bigint, OUT requester_lanes bigint)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'pgrac_ic_counters' LANGUAGE C STRICT VOLATILE PARALLEL SAFE;
 

@@ -288,7 +288,7 @@ void define_settings() {
         "A backend sends its RPCs to a peer on a connection of its own (tier3).",
         "The reply comes straight back to it: two process wakeups per round trip instead of "
         "four through the listeners. Off sends every RPC through the listeners.",
-        &pgrac_requester_lanes, true, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+        &pgrac_requester_lanes, true, PGC_USERSET, 0, nullptr, nullptr, nullptr);
     DefineCustomIntVariable("cluster.send_queue_max_messages",
                             "Most messages queued to one peer and not yet acknowledged.", nullptr,
                             &pgrac_send_queue_max_messages, 65536, 16, 16777216, PGC_SIGHUP, 0,

@@ -88,7 +88,9 @@ like($err, qr/no relation of this database has storage 1663\/5\/4000000000/, 'un
 ($rc, $out, $err) = $n2->psql('postgres', "SELECT pgrac_fetch_block(1, 'pgbench_accounts', 0, 'nosuchfork')");
 like($err, qr/invalid fork name/, 'bad fork name');
 # After the errors the LMS still serves, and nothing stayed pinned on node 1.
-is( $n2->safe_psql('postgres', "SELECT count(*) FROM pgrac_fetch_blocks(1, 'pgbench_accounts', 0, 50)"),
+# Through the listeners (a requester lane takes no reply pool chunks).
+is( $n2->safe_psql('postgres',
+		"SET cluster.requester_lanes = off; SELECT count(*) FROM pgrac_fetch_blocks(1, 'pgbench_accounts', 0, 50)"),
 	'50', 'node 1 still serves after the errors');
 $n1->safe_psql('postgres', 'VACUUM FREEZE pgbench_accounts');
 is( $n1->safe_psql('postgres',
@@ -129,7 +131,7 @@ kill 'STOP', @lms1;
 my $fetcher = $n2->background_psql('postgres', on_error_stop => 0);
 my $fetcher_pid = $fetcher->query_safe('SELECT pg_backend_pid()');
 $fetcher->query_until(qr/started/,
-	"\\echo started\nSELECT count(*) FROM pgrac_fetch_blocks(1, 'pgbench_accounts', 0, 7);\n");
+	"SET cluster.requester_lanes = off;\n\\echo started\nSELECT count(*) FROM pgrac_fetch_blocks(1, 'pgbench_accounts', 0, 7);\n");
 ok( $n1->poll_query_until('postgres',
 		'SELECT in_place_handoffs >= 1 FROM pg_cluster_rdma_counters WHERE peer_node_id = 2'),
 	'a block not in the buffer pool is handed to an LMS worker');

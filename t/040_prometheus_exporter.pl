@@ -52,8 +52,10 @@ my %families = (
 	(
 		map { ("pg_cluster_rdma_counters_${_}_total" => 'counter') }
 		  qw(msgs_sent msgs_recv bytes_sent bytes_recv rpcs_sent rpcs_served retransmits
-		  reconnects duplicates_dropped backpressure_stalls served_in_place in_place_handoffs)
+		  reconnects duplicates_dropped backpressure_stalls served_in_place in_place_handoffs
+		  direct_rpcs_sent direct_rpcs_served)
 	),
+	pg_cluster_rdma_counters_requester_lanes => 'gauge',
 	(map { ("pg_cluster_rdma_latency_$_" => 'gauge') } qw(p50_seconds p99_seconds p999_seconds)),
 	pg_cluster_rdma_latency_samples_total => 'counter',
 	pg_cluster_rdma_errors_total => 'counter',

@@ -117,36 +117,43 @@ void requester_rpc(IcShared* shm, int node, const MessageHeader& mh, uint16_t fr
             NodeLane& nl = lane_of(node);
             const uint64_t incarnation = load_acquire(&shm->incarnation);
             if (nl.lane != nullptr && nl.incarnation != incarnation) nl.lane.reset();
-            if (nl.lane == nullptr || !nl.lane->is_open()) {
-                const PeerShared* p = peer_shared(shm, static_cast<uint32_t>(node));
-                const auto& nodes = configured_nodes();
-                const NodeAddress* addr = nullptr;
-                for (const NodeAddress& a : nodes)
-                    if (a.node_id == node) addr = &a;
-                if (p == nullptr || addr == nullptr) return;
-                nl.lane = std::make_unique<RequesterLane>(
-                    identity(shm), static_cast<uint16_t>(node), addr->host, addr->port);
-                nl.incarnation = incarnation;
-                std::string why;
-                const auto r = nl.lane->open(deadline_ns, must_stop, &why);
-                if (r != RequesterLane::Result::Ok) {
-                    // Nothing sent: the listeners take this RPC.
-                    nl.lane.reset();
-                    nl.retry_after_ns = now_ns() + kRetryAfterNs;
-                    out->interrupted = r == RequesterLane::Result::Interrupted;
-                    return;
-                }
-            }
             std::vector<uint8_t> payload(kMessageHeaderSize + len);
             encode_message_header(mh, payload.data());
             if (len > 0) std::memcpy(payload.data() + kMessageHeaderSize, body, len);
             std::vector<uint8_t> reply;
             bool sent = false;
             std::string why;
-            const auto r =
-                nl.lane->call(payload.data(), static_cast<uint32_t>(payload.size()), frame_flags,
-                              mh.rpc_id, spin_ns, deadline_ns, must_stop, &reply, &sent, &why);
+            RequesterLane::Result r = RequesterLane::Result::Failed;
+            // A lane kept from earlier RPCs may have been closed by the peer
+            // meanwhile (nothing is sent on it then): one new lane is tried.
+            for (int attempt = 0; attempt < 2 && !sent; attempt++) {
+                const bool fresh = nl.lane == nullptr || !nl.lane->is_open();
+                if (fresh) {
+                    const PeerShared* p = peer_shared(shm, static_cast<uint32_t>(node));
+                    const auto& nodes = configured_nodes();
+                    const NodeAddress* addr = nullptr;
+                    for (const NodeAddress& a : nodes)
+                        if (a.node_id == node) addr = &a;
+                    if (p == nullptr || addr == nullptr) return;
+                    nl.lane = std::make_unique<RequesterLane>(
+                        identity(shm), static_cast<uint16_t>(node), addr->host, addr->port);
+                    nl.incarnation = incarnation;
+                    const auto opened = nl.lane->open(deadline_ns, must_stop, &why);
+                    if (opened != RequesterLane::Result::Ok) {
+                        // Nothing sent: the listeners take this RPC.
+                        nl.lane.reset();
+                        nl.retry_after_ns = now_ns() + kRetryAfterNs;
+                        out->interrupted = opened == RequesterLane::Result::Interrupted;
+                        return;
+                    }
+                }
+                r = nl.lane->call(payload.data(), static_cast<uint32_t>(payload.size()),
+                                  frame_flags, mh.rpc_id, spin_ns, deadline_ns, must_stop, &reply,
+                                  &sent, &why);
+                if (!sent && (fresh || r == RequesterLane::Result::Interrupted)) break;
+            }
             out->taken = sent;
+            out->interrupted = r == RequesterLane::Result::Interrupted;
             if (!sent) {  // could not even start writing: the listeners take it
                 nl.retry_after_ns = now_ns() + kRetryAfterNs;
                 return;

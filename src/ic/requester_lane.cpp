@@ -61,12 +61,15 @@ RequesterLane::Result RequesterLane::fail(Result r, const std::string& why, std:
 }
 
 RequesterLane::Result RequesterLane::write_all(const uint8_t* data, size_t n, uint64_t deadline_ns,
-                                               InterruptCheck interrupted, std::string* error) {
+                                               InterruptCheck interrupted, std::string* error,
+                                               size_t* written) {
     size_t off = 0;
+    if (written != nullptr) *written = 0;
     while (off < n) {
         const ssize_t w = ::send(fd_, data + off, n - off, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w > 0) {
             off += static_cast<size_t>(w);
+            if (written != nullptr) *written = off;
             continue;
         }
         if (w < 0 && errno == EINTR) continue;
@@ -172,7 +175,7 @@ RequesterLane::Result RequesterLane::open(uint64_t deadline_ns, InterruptCheck i
             if (!o.payload.empty())
                 std::memcpy(frame_.data() + kFrameHeaderSize, o.payload.data(), o.payload.size());
             const Result r =
-                write_all(frame_.data(), frame_.size(), deadline_ns, interrupted, error);
+                write_all(frame_.data(), frame_.size(), deadline_ns, interrupted, error, nullptr);
             if (r != Result::Ok) return r;
         }
         out.clear();
@@ -197,6 +200,12 @@ RequesterLane::Result RequesterLane::call(const uint8_t* payload, uint32_t len, 
                                           bool* sent, std::string* error) {
     *sent = false;
     if (!is_open()) return fail(Result::Failed, "requester lane is not open", error);
+    // Between RPCs nothing may arrive: readable means the peer closed or
+    // reset the lane (a restart, ss -K), so the request is not sent on it.
+    pollfd idle{fd_, POLLIN | POLLRDHUP, 0};
+    if (::poll(&idle, 1, 0) != 0)
+        return fail(Result::Failed, "node " + std::to_string(peer_node_) + " closed the lane",
+                    error);
     FrameHeader h;
     h.type = FrameType::Message;
     h.flags = static_cast<uint16_t>(flags | kFlagRpcRequest);
@@ -211,8 +220,9 @@ RequesterLane::Result RequesterLane::call(const uint8_t* payload, uint32_t len, 
     } else {
         guard_->seal(h, payload, len, &frame_);
     }
-    *sent = true;  // from the first byte on, the peer may run it
-    Result r = write_all(frame_.data(), frame_.size(), deadline_ns, interrupted, error);
+    size_t written = 0;
+    Result r = write_all(frame_.data(), frame_.size(), deadline_ns, interrupted, error, &written);
+    *sent = written > 0;  // from the first byte on, the peer may run it
     if (r != Result::Ok) return r;
     FrameHeader rh;
     const uint8_t* rp = nullptr;

@@ -24,12 +24,12 @@ using pgrac::tiers::Tier;
 
 namespace {
 
-constexpr int kColumns = 23;
+constexpr int kColumns = 26;
 
 struct Row {
     uint64_t msgs_sent, msgs_recv, bytes_sent, bytes_recv, rpcs_sent, rpcs_served, retransmits,
         reconnects, duplicates, stalls, queued_msgs, queued_bytes, served_in_place,
-        in_place_handoffs;
+        in_place_handoffs, direct_rpcs_sent, direct_rpcs_served, requester_lanes;
 };
 
 Row read_row(const PeerShared& p) {
@@ -39,7 +39,9 @@ Row read_row(const PeerShared& p) {
                load_relaxed(&p.retransmits),        load_relaxed(&p.reconnects),
                load_relaxed(&p.duplicates_dropped), load_relaxed(&p.backpressure_stalls),
                load_relaxed(&p.queued_msgs),        load_relaxed(&p.queued_bytes),
-               load_relaxed(&p.served_in_place),    load_relaxed(&p.in_place_handoffs)};
+               load_relaxed(&p.served_in_place),    load_relaxed(&p.in_place_handoffs),
+               load_relaxed(&p.direct_rpcs_sent),   load_relaxed(&p.direct_rpcs_served),
+               load_relaxed(&p.requester_lanes)};
 }
 
 void add(Row& t, const Row& r) {
@@ -57,6 +59,9 @@ void add(Row& t, const Row& r) {
     t.queued_bytes += r.queued_bytes;
     t.served_in_place += r.served_in_place;
     t.in_place_handoffs += r.in_place_handoffs;
+    t.direct_rpcs_sent += r.direct_rpcs_sent;
+    t.direct_rpcs_served += r.direct_rpcs_served;
+    t.requester_lanes += r.requester_lanes;
 }
 
 void put_row(ReturnSetInfo* rsinfo, const IcShared* shm, int node, const Row& r,
@@ -109,6 +114,12 @@ void put_row(ReturnSetInfo* rsinfo, const IcShared* shm, int node, const Row& r,
     // those it handed to an LMS worker because serving would have waited.
     v[i++] = counter_datum(r.served_in_place);
     v[i++] = counter_datum(r.in_place_handoffs);
+    // Requester lanes: RPCs our backends sent the peer on their own
+    // connection, RPCs the peer's backends sent us that way, and those of the
+    // peer's connections open now (docs/architecture.md).
+    v[i++] = counter_datum(r.direct_rpcs_sent);
+    v[i++] = counter_datum(r.direct_rpcs_served);
+    v[i++] = counter_datum(r.requester_lanes);
     Assert(i == kColumns);
     tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, v, n);
 }
