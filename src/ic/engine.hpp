@@ -284,7 +284,7 @@ class Engine final : public tiers::TransportHandler, public HandshakePolicy {
     std::vector<Peer> peers_;
     std::vector<int> peer_index_;  // node id -> index in peers_, or -1
     std::unordered_map<tiers::ConnId, Conn> conns_;
-    std::unordered_map<uint32_t, Outstanding> outstanding_;   // by reply slot
+    std::unordered_map<uint32_t, Outstanding> outstanding_;  // by reply slot
     // Requests taken from requester lanes, until their reply leaves: the
     // lane each came on, by (source node, rpc_id).
     std::map<std::pair<uint16_t, uint64_t>, tiers::ConnId> requester_replies_;
