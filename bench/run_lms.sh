@@ -2,17 +2,18 @@
 # Cache Fusion and GES benchmark, side by side in one run on one machine, on a
 # temporary two-instance tier3 cluster (copies of one data directory that
 # pgbench -i filled, so both instances have pgbench_accounts):
-#   1. block fetch node 1 -> node 2 (pgrac_fetch_block_bench: backend ->
-#      listener -> TCP -> node 2's listener, which serves blocks in its buffer
-#      pool in place -> back; and with cluster.serve_in_place = off on node 2,
-#      where its LMS serves them), 1 and 7 blocks per round trip, against raw
-#      TCP 8 KiB ping-pong and libpq get_raw_page on node 2 (what users do
-#      without an interconnect);
+#   1. block fetch node 1 -> node 2 (pgrac_fetch_block_bench: backend -> its
+#      requester lane -> TCP -> node 2's listener, which serves blocks in its
+#      buffer pool in place -> back; with cluster.requester_lanes = off, through
+#      both listeners; and with cluster.serve_in_place = off on node 2, where
+#      its LMS serves them), 1 and 7 blocks per round trip, against raw TCP
+#      8 KiB ping-pong and libpq get_raw_page on node 2 (what users do without
+#      an interconnect);
 #   2. lock + unlock of an uncontended global lock mastered on node 2
 #      (pgrac_ges_bench, and through libpq) against pg_advisory_lock + unlock
 #      over libpq;
 #   3. throughput with 1, 4 and 16 concurrent backends (pgbench -T on node 1):
-#      random single-block fetches from node 2 (in place and through the LMS),
+#      random single-block fetches from node 2 (the three ways above),
 #      the same blocks with get_raw_page through libpq on node 2; lock + unlock
 #      of a per-client global lock.
 # Runs as root (PostgreSQL parts as postgres); removes its cluster on exit.
@@ -95,18 +96,27 @@ serve_in_place() {  # serve_in_place on|off
     psql_n "$PG2" "SELECT pg_reload_conf()" >/dev/null
     sleep 1
 }
-for mode in on off; do
-    serve_in_place "$mode"
-    how="served in place"
-    [[ $mode == off ]] && how="serve_in_place off: LMS"
+# Modes: on = the requester's own lane, node 2's listener serves in place (the
+# defaults); nolanes = through both listeners (cluster.requester_lanes = off on
+# node 1's sessions); off = on the lane, node 2's LMS serves (serve_in_place off).
+for mode in on nolanes off; do
+    set="" conn="$CONN1"
+    case $mode in
+        on) how="requester lane, served in place" ;;
+        nolanes)
+            how="requester_lanes off: both listeners, served in place"
+            set="SET cluster.requester_lanes = off; "
+            conn="$CONN1 options='-c cluster.requester_lanes=off'" ;;
+        off) how="requester lane, serve_in_place off: LMS"; serve_in_place off ;;
+    esac
     for b in 1 7; do
-        psql_n "$PG1" "SELECT count(*) FROM pgrac_fetch_block_bench(2, 'pgbench_accounts', 1000, $b)" >/dev/null
-        line=$(psql_n "$PG1" "SELECT round(p50_us::numeric, 1) || ' ' || round(p99_us::numeric, 1) || ' ' || round(blocks_per_sec)
+        psql_n "$PG1" "${set}SELECT count(*) FROM pgrac_fetch_block_bench(2, 'pgbench_accounts', 1000, $b)" >/dev/null
+        line=$(psql_n "$PG1" "${set}SELECT round(p50_us::numeric, 1) || ' ' || round(p99_us::numeric, 1) || ' ' || round(blocks_per_sec)
                               FROM pgrac_fetch_block_bench(2, 'pgbench_accounts', $ITER, $b)")
         read -r p50 p99 bps <<<"$line"
         row "pgrac_fetch_block node 1 -> 2, $b block(s) per round trip, $how ($bps blocks/s)" "$p50" "$p99"
     done
-    out=$(timeout 300 "$LIBPQ_LATENCY" --conninfo "$CONN1" --iterations "$ITER" --warmup 1000 \
+    out=$(timeout 300 "$LIBPQ_LATENCY" --conninfo "$conn" --iterations "$ITER" --warmup 1000 \
         --query "SELECT pgrac_fetch_block(2, 'pgbench_accounts', 7)" --mode prepared --binary)
     row "libpq SELECT pgrac_fetch_block(node 2) on node 1, $how" "$(kv p50_us <<<"$out")" "$(kv p99_us <<<"$out")"
 done
@@ -146,13 +156,14 @@ chown "$PGUSER_OS": "$WORK"/*.sql
 TPS=()
 for c in 1 4 16; do
     line="| $c"
-    for s in fetch fetch_lms raw lock adv; do
-        script=$s port=$PG1
+    for s in fetch fetch_nolanes fetch_lms raw lock adv; do
+        script=$s port=$PG1 opts=""
         case $s in
+            fetch_nolanes) script=fetch; opts="-c cluster.requester_lanes=off" ;;
             fetch_lms) script=fetch; serve_in_place off ;;
             raw) port=$PG2 ;;  # get_raw_page on the serving instance, through libpq
         esac
-        tps=$(as_pg timeout 120 "$PGBIN/pgbench" -n -M prepared -c "$c" -j "$c" -T "$SECONDS_TPS" \
+        tps=$(as_pg env PGOPTIONS="$opts" timeout 120 "$PGBIN/pgbench" -n -M prepared -c "$c" -j "$c" -T "$SECONDS_TPS" \
             -f "$WORK/$script.sql" -h "$WORK" -p "$port" postgres 2>&1 |
             sed -n 's/^tps = \([0-9.]*\).*/\1/p')
         [[ $s == fetch_lms ]] && serve_in_place on
@@ -175,8 +186,8 @@ machine_cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
     echo
     echo "Throughput, pgbench -M prepared on node 1 (transactions/s):"
     echo
-    echo "| clients | pgrac_fetch_block from node 2 (random block), served in place | the same, serve_in_place off (LMS) | get_raw_page on node 2 through libpq (random block) | pgrac_ges_lock + unlock (per-client resource) | pg_advisory_lock + unlock |"
-    echo "|---:|---:|---:|---:|---:|---:|"
+    echo "| clients | pgrac_fetch_block from node 2 (random block), requester lane, served in place | the same through both listeners (requester_lanes off) | the same on the lane, serve_in_place off (LMS) | get_raw_page on node 2 through libpq (random block) | pgrac_ges_lock + unlock (per-client resource) | pg_advisory_lock + unlock |"
+    echo "|---:|---:|---:|---:|---:|---:|---:|"
     printf '%s\n' "${TPS[@]}"
 } | tee "$WORK/report.md"
 if [[ -n "$MARKDOWN" ]]; then cp "$WORK/report.md" "$MARKDOWN"; fi

@@ -3,11 +3,13 @@
 #   1. raw TCP ping-pong between two processes on 127.0.0.1 (the limit for tier 3)
 #   2. libpq round trips against one instance: SELECT 1, and get_raw_page('t', 0)
 #      (an 8 KiB page fetched the way users do it without an interconnect)
-#   3. pgrac_ic_bench between two instances (backend -> listener -> TCP -> peer
-#      listener, which serves the ping in place -> back), 64 B and 8 KiB, plus
-#      the same RPC to the own node (no TCP: the in-instance handoffs alone);
-#      each also with cluster.serve_in_place = off (the peer's listener hands
-#      the request to an LMS worker and takes the reply back), in the same rounds
+#   3. pgrac_ic_bench between two instances (backend -> its requester lane ->
+#      TCP -> peer listener, which serves the ping in place -> back), 64 B and
+#      8 KiB, plus the same RPC to the own node (no TCP: the in-instance
+#      handoffs alone); also with cluster.requester_lanes = off (backend ->
+#      listener -> TCP -> peer listener -> listener -> backend), and with
+#      cluster.serve_in_place = off as well (the peer's listener hands the
+#      request to an LMS worker and takes the reply back), in the same rounds
 # Every measurement runs --rounds times, interleaved; the table reports the
 # median over rounds of each round's p50/p99, and the p50 spread (min-max).
 #
@@ -148,12 +150,13 @@ libpq_run() {  # libpq_run GROUP WHAT SIZE ROUND ITERS ARGS...
     fi
     record "$group" "$what" "$size" "$round" "$out"
 }
-ic_run() {  # ic_run GROUP NODE SIZE ITERS ROUND [LABEL-SUFFIX]
-    local line what="pgrac_ic RPC node 1 -> 2"
+ic_run() {  # ic_run GROUP NODE SIZE ITERS ROUND [LABEL-SUFFIX [SESSION-SETTING]]
+    local line what="pgrac_ic RPC node 1 -> 2" set="${7:-}"
     [[ $2 == 1 ]] && what="pgrac_ic RPC to own node (no TCP)"
     what+="${6:-}"
-    psql_n "$PG1" "SELECT count(*) FROM pgrac_ic_bench($2, $3, $WARMUP)" >/dev/null
-    line=$(psql_n "$PG1" "SELECT format('p50_us=%s p99_us=%s p999_us=%s',
+    [[ -n $set ]] && set="SET $set; "
+    psql_n "$PG1" "${set}SELECT count(*) FROM pgrac_ic_bench($2, $3, $WARMUP)" >/dev/null
+    line=$(psql_n "$PG1" "${set}SELECT format('p50_us=%s p99_us=%s p999_us=%s',
               round(p50_us::numeric, 2), round(p99_us::numeric, 2), round(p999_us::numeric, 2))
               FROM pgrac_ic_bench($2, $3, $4)")
     record "$1" "$what" "$3" "$5" " $line"
@@ -171,6 +174,10 @@ serve_in_place() {  # serve_in_place on|off
     sleep 1
 }
 OFF=" (serve_in_place off: LMS handoff)"
+# The backend's own requester lane is the default; off, its RPCs go through
+# both listeners (the path before requester lanes), in the same rounds.
+LANES_OFF=" (requester_lanes off: through both listeners)"
+NOLANES="cluster.requester_lanes = off"
 
 for r in $(seq 1 "$ROUNDS"); do
     log "round $r/$ROUNDS: as the scheduler places it"
@@ -183,9 +190,11 @@ for r in $(seq 1 "$ROUNDS"); do
     ic_run sched 2 64 "$ITER" "$r"
     ic_run sched 2 8192 "$ITER8K" "$r"
     ic_run sched 1 64 "$ITER" "$r"
+    ic_run sched 2 64 "$ITER" "$r" "$LANES_OFF" "$NOLANES"
+    ic_run sched 2 8192 "$ITER8K" "$r" "$LANES_OFF" "$NOLANES"
     serve_in_place off
-    ic_run sched 2 64 "$ITER" "$r" "$OFF"
-    ic_run sched 2 8192 "$ITER8K" "$r" "$OFF"
+    ic_run sched 2 64 "$ITER" "$r" "$OFF" "$NOLANES"
+    ic_run sched 2 8192 "$ITER8K" "$r" "$OFF" "$NOLANES"
     ic_run sched 1 64 "$ITER" "$r" "$OFF"
     serve_in_place on
 
@@ -195,8 +204,9 @@ for r in $(seq 1 "$ROUNDS"); do
     libpq_run cpu0 "libpq SELECT 1 (prepared)" 4 "$r" "$ITER" --query "SELECT 1" --mode prepared
     ic_run cpu0 2 64 "$ITER" "$r"
     ic_run cpu0 1 64 "$ITER" "$r"
+    ic_run cpu0 2 64 "$ITER" "$r" "$LANES_OFF" "$NOLANES"
     serve_in_place off
-    ic_run cpu0 2 64 "$ITER" "$r" "$OFF"
+    ic_run cpu0 2 64 "$ITER" "$r" "$OFF" "$NOLANES"
     serve_in_place on
     pin_instances "0-$LAST_CPU"
     tcp_run spin 64 "$ITER" "$r"
@@ -279,6 +289,10 @@ print(f"- libpq get_raw_page / pgrac_ic 8 KiB, as placed: "
 for grp, name in (("sched", "as placed"), ("cpu0", "CPU 0")):
     t = line(grp, "pgrac_ic RPC to own node (no TCP)", 64, IC64, 64)
     print(f"- pgrac_ic 64 B to own node (no TCP) / to node 2, {name}: {fmt(t)}")
+LANES_OFF = IC64 + " (requester_lanes off: through both listeners)"
+for grp, name, size in (("sched", "as placed", 64), ("sched", "as placed", 8192), ("cpu0", "CPU 0", 64)):
+    t = line(grp, IC64, size, LANES_OFF, size)
+    print(f"- pgrac_ic {size} B on a requester lane / through both listeners, {name}: {fmt(t)}")
 PY
 )
 {

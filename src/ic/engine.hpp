@@ -166,6 +166,7 @@ class Engine final : public tiers::TransportHandler, public HandshakePolicy {
         // A requester lane (lane kRequesterLane): requests in, replies out,
         // numbered on their own; no session, nothing resent.
         bool requester = false;
+        bool req_pending = false;  // one request at a time: its reply is due
         uint32_t req_received = 0, req_sent = 0;
     };
     struct Outstanding {

@@ -60,6 +60,13 @@ void Engine::on_requester_frame(tiers::ConnId id, Conn& c, Peer& p, const FrameH
                       " frame that is not an RPC request" + from);
         return;
     }
+    // A process has one RPC at a time: a second request before the reply is a
+    // peer that would make us queue replies it does not read.
+    if (c.req_pending) {
+        drop_conn(id, p, ErrorType::MalformedFrame,
+                  "a second request before the reply to the first" + from);
+        return;
+    }
     if (h.seq != c.req_received + 1) {
         drop_conn(id, p, ErrorType::MalformedFrame,
                   "request seq " + std::to_string(h.seq) + " after " +
@@ -93,6 +100,7 @@ void Engine::on_requester_frame(tiers::ConnId id, Conn& c, Peer& p, const FrameH
     count(&p.shm->rpcs_served);
     count(&p.shm->direct_rpcs_served);
     requester_replies_[{p.addr.node_id, mh.rpc_id}] = id;
+    c.req_pending = true;
     deliver_to_lms(p.addr.node_id, h.flags, payload, h.payload_len);
 }
 
@@ -106,6 +114,7 @@ bool Engine::reply_on_requester_lane(uint16_t node, uint16_t flags, const Messag
     auto ci = conns_.find(id);
     if (ci == conns_.end() || !ci->second.requester) return true;  // its requester is gone
     Conn& c = ci->second;
+    c.req_pending = false;
     FrameHeader h;
     h.type = FrameType::Message;
     h.flags = flags & kKnownFrameFlags;

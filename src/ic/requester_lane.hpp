@@ -37,6 +37,7 @@ class RequesterLane {
     // Connects and authenticates. Nothing but the handshake is sent.
     Result open(uint64_t deadline_ns, InterruptCheck interrupted, std::string* error);
     bool is_open() const { return fd_ >= 0 && guard_ != nullptr; }
+    int fd() const { return fd_; }  // tests write what a hostile requester would
     void close();
 
     // One RPC: payload is the message header and body. Polls for the reply

@@ -3,6 +3,7 @@
 // stale request never runs after a newer one of the same process; frames other
 // than requests, and lanes of a node that is not UP, are refused.
 #include <atomic>
+#include <unistd.h>
 #include <thread>
 
 #include "engine_fixture.hpp"
@@ -186,6 +187,35 @@ TEST_F(RequesterTest, ALaneFromAnotherIncarnationIsClosed) {
     }
     EXPECT_NE(r, RequesterLane::Result::Ok);
     EXPECT_EQ(load_relaxed(&node(2).peer(1).direct_rpcs_served), 0u);
+}
+
+TEST_F(RequesterTest, ASecondRequestBeforeTheReplyDropsTheLane) {
+    make(2, serve_rpcs_in_place);
+    bring_up();
+    TestNode& b = node(2);
+    b.owner_serves = false;  // the first request's reply stays due
+    auto lane = lane_to(1, 2);
+    std::string err;
+    ASSERT_EQ(open(*lane, &err), RequesterLane::Result::Ok) << err;
+    const uint64_t malformed = b.errors(ErrorType::MalformedFrame);
+    std::vector<uint8_t> bytes;
+    for (uint32_t seq = 1; seq <= 2; seq++) {  // crc mode in these tests: no seal
+        const auto req = request(make_rpc_id(8, seq), pattern(32, seq));
+        FrameHeader h;
+        h.type = FrameType::Message;
+        h.flags = kFlagRpcRequest;
+        h.src_node = 1;
+        h.payload_len = static_cast<uint32_t>(req.size());
+        h.seq = seq;
+        uint8_t hdr[kFrameHeaderSize];
+        encode_frame_header(h, req.data(), hdr);
+        bytes.insert(bytes.end(), hdr, hdr + kFrameHeaderSize);
+        bytes.insert(bytes.end(), req.begin(), req.end());
+    }
+    ASSERT_EQ(::write(lane->fd(), bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+    EXPECT_TRUE(pump([&] { return b.errors(ErrorType::MalformedFrame) > malformed; }));
+    EXPECT_TRUE(pump([&] { return load_relaxed(&b.peer(1).requester_lanes) == 0; }));
+    EXPECT_EQ(b.state_of(1), PeerState::Up) << "the peer lanes are untouched";
 }
 
 }  // namespace
