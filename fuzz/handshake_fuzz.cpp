@@ -28,7 +28,9 @@ class Policy : public HandshakePolicy {
     LaneState lane_state(uint16_t node_id, uint8_t lane) override {
         return LaneState{node_id * 7u + lane, node_id * 1000u + lane};
     }
-    RejectReason admit(uint16_t, uint64_t, std::string*) override { return RejectReason::None; }
+    RejectReason admit(uint16_t, uint64_t, uint8_t, std::string*) override {
+        return RejectReason::None;
+    }
 };
 
 LocalIdentity identity(uint16_t node) {

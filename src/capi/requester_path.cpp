@@ -46,15 +46,28 @@ std::vector<NodeLane>* g_lanes = nullptr;
 std::vector<uint8_t>* g_key = nullptr;  // cluster.auth_key_file, read once
 bool g_key_failed = false;
 
-NodeLane& lane_of(int node) {
-    if (g_lanes == nullptr) g_lanes = new std::vector<NodeLane>(kMaxNodes + 1);
-    return (*g_lanes)[node];
+// nullptr when out of memory.
+NodeLane* lane_of(int node) noexcept {
+    if (g_lanes == nullptr) g_lanes = new (std::nothrow) std::vector<NodeLane>();
+    if (g_lanes == nullptr) return nullptr;
+    if (g_lanes->empty()) {
+        try {
+            g_lanes->resize(kMaxNodes + 1);
+        } catch (...) {
+            return nullptr;
+        }
+    }
+    return &(*g_lanes)[node];
 }
 
 // Only what ends the wait for good: a cancel or termination (then
 // CHECK_FOR_INTERRUPTS raises it) or the postmaster's death.
+// Interrupts that cannot be processed now (held off: a lightweight lock, a
+// critical section) do not end the wait, as they would not end a latch wait.
 bool must_stop() {
-    return QueryCancelPending || ProcDiePending || !PostmasterIsAlive();
+    if (!PostmasterIsAlive()) return true;
+    if (InterruptHoldoffCount != 0 || CritSectionCount != 0) return false;
+    return ProcDiePending || (QueryCancelPending && QueryCancelHoldoffCount == 0);
 }
 
 LocalIdentity identity(IcShared* shm) {
@@ -71,18 +84,18 @@ LocalIdentity identity(IcShared* shm) {
 
 // Loads the key the listener authenticates with (once; a failure keeps this
 // process on the listener path, and the listener reports the file's problem).
-bool have_key() {
+bool have_key() noexcept {
     if (g_key != nullptr) return true;
     if (g_key_failed || pgrac_auth_key_file == nullptr || *pgrac_auth_key_file == '\0')
         return false;
-    std::string err;
-    auto key = load_key_file(pgrac_auth_key_file, &err);
-    if (!key) {
-        g_key_failed = true;
-        return false;
+    try {
+        std::string err;
+        auto key = load_key_file(pgrac_auth_key_file, &err);
+        if (key) g_key = new std::vector<uint8_t>(std::move(*key));
+    } catch (...) {
     }
-    g_key = new std::vector<uint8_t>(std::move(*key));
-    return true;
+    g_key_failed = g_key == nullptr;
+    return g_key != nullptr;
 }
 
 uint64_t now_ns() {
@@ -91,20 +104,22 @@ uint64_t now_ns() {
 
 }  // namespace
 
-bool requester_lane_usable(IcShared* shm, int node) {
+bool requester_lane_usable(IcShared* shm, int node) noexcept {
     if (!pgrac_requester_lanes || node == pgrac_node_id || node < 1 || node > kMaxNodes)
         return false;
     if (load_acquire(&shm->tier_active) != static_cast<uint32_t>(tiers::Tier::Tier3)) return false;
     const PeerShared* p = peer_shared(shm, static_cast<uint32_t>(node));
     if (p == nullptr || load_relaxed(&p->state) != static_cast<uint32_t>(PeerState::Up))
         return false;
-    const NodeLane& nl = lane_of(node);
-    if (nl.one_way_sent || now_ns() < nl.retry_after_ns) return false;
+    const NodeLane* nl = lane_of(node);
+    if (nl == nullptr || nl->one_way_sent || now_ns() < nl->retry_after_ns) return false;
     return have_key();
 }
 
-void note_one_way_message(int node) {
-    if (node >= 1 && node <= kMaxNodes && node != pgrac_node_id) lane_of(node).one_way_sent = true;
+void note_one_way_message(int node) noexcept {
+    if (node < 1 || node > kMaxNodes || node == pgrac_node_id) return;
+    // Out of memory for the record means no lane either (usable() says no).
+    if (NodeLane* nl = lane_of(node)) nl->one_way_sent = true;
 }
 
 void requester_rpc(IcShared* shm, int node, const MessageHeader& mh, uint16_t frame_flags,
@@ -114,14 +129,16 @@ void requester_rpc(IcShared* shm, int node, const MessageHeader& mh, uint16_t fr
     char err[256] = "";
     const bool ok = guarded(
         [&] {
-            NodeLane& nl = lane_of(node);
+            NodeLane* nlp = lane_of(node);
+            if (nlp == nullptr) return;
+            NodeLane& nl = *nlp;
             const uint64_t incarnation = load_acquire(&shm->incarnation);
             if (nl.lane != nullptr && nl.incarnation != incarnation) nl.lane.reset();
             std::vector<uint8_t> payload(kMessageHeaderSize + len);
             encode_message_header(mh, payload.data());
             if (len > 0) std::memcpy(payload.data() + kMessageHeaderSize, body, len);
             std::vector<uint8_t> reply;
-            bool sent = false;
+            bool& sent = out->taken;  // set by call() as soon as a byte is written
             std::string why;
             RequesterLane::Result r = RequesterLane::Result::Failed;
             // A lane kept from earlier RPCs may have been closed by the peer
@@ -152,7 +169,6 @@ void requester_rpc(IcShared* shm, int node, const MessageHeader& mh, uint16_t fr
                                   &sent, &why);
                 if (!sent && (fresh || r == RequesterLane::Result::Interrupted)) break;
             }
-            out->taken = sent;
             out->interrupted = r == RequesterLane::Result::Interrupted;
             if (!sent) {  // could not even start writing: the listeners take it
                 nl.retry_after_ns = now_ns() + kRetryAfterNs;
@@ -206,8 +222,8 @@ void requester_rpc(IcShared* shm, int node, const MessageHeader& mh, uint16_t fr
         },
         err, sizeof err);
     if (!ok) {  // out of memory, say: the lane starts again next time
-        if (g_lanes != nullptr) lane_of(node).lane.reset();
-        if (out->taken) out->status = PGRAC_IC_PEER_RESET;
+        if (NodeLane* nl = lane_of(node)) nl->lane.reset();
+        if (out->taken) out->status = PGRAC_IC_PEER_RESET;  // it may have run: not resent
     }
 }
 

@@ -22,7 +22,7 @@ struct RequesterOutcome {
 // not while it has one-way messages to the node that could still be on the
 // way through the listeners (they would be overtaken), not right after its
 // lane failed, and only on tier3 with cluster.requester_lanes on.
-bool requester_lane_usable(pgrac::ic::IcShared* shm, int node);
+bool requester_lane_usable(pgrac::ic::IcShared* shm, int node) noexcept;
 
 // One RPC on the lane (opened first if needed). Never raises a PostgreSQL
 // error: the caller handles out.interrupted (CHECK_FOR_INTERRUPTS) itself.
@@ -33,6 +33,6 @@ void requester_rpc(pgrac::ic::IcShared* shm, int node, const pgrac::ic::MessageH
 
 // A one-way message to `node` went through the listeners: this process's
 // RPCs to it take that path from now on, so that none overtakes it.
-void note_one_way_message(int node);
+void note_one_way_message(int node) noexcept;
 
 }  // namespace pgrac::glue

@@ -155,6 +155,7 @@ int pgrac_ic_rpc(int node, uint16_t msg_type, uint32_t route_key, const void* bo
     if (msg_type == 0 || msg_type > PGRAC_IC_MAX_MSG_TYPE || (len > 0 && body == nullptr) ||
         (reply_cap > 0 && reply_buf == nullptr))
         return PGRAC_IC_BAD_ARGUMENT;
+    if (len > PGRAC_IC_MAX_MESSAGE) return PGRAC_IC_TOO_BIG;  // on either path
     if (timeout_ms < 0) timeout_ms = pgrac_rpc_timeout_ms;
     const uint32_t procno = static_cast<uint32_t>(MyProc->pgprocno);
     ReplySlot* slot = reply_slot(shm, procno);

@@ -408,7 +408,11 @@ void Engine::on_message(Peer& p, int lane, tiers::ConnId conn, const FrameHeader
         case Session::Receive::Deliver:
             break;
     }
-    if (l.ack_due_since_us == 0) l.ack_due_since_us = now_us();
+    if (l.ack_due_since_us == 0) {
+        l.ack_due_since_us = now_us();
+        // The timers run when due: the standalone ack then goes out on time.
+        next_timer_us_ = std::min(next_timer_us_, l.ack_due_since_us + cfg_.ack_delay_us);
+    }
     count(&p.shm->msgs_recv);
     count<uint64_t>(&p.shm->bytes_recv, kFrameHeaderSize + h.payload_len);
     MessageHeader mh;

@@ -30,6 +30,13 @@
 
 namespace pgrac::ic {
 
+// An RPC's process slot (rpc_id >> 32) is a PGPROC number: never this high
+// (MaxBackends' limit is 2^18 - 1, plus auxiliary processes).
+inline constexpr uint32_t kMaxRpcSlots = 1u << 19;
+// A request this many generations behind its slot's newest, or less, is
+// stale (its caller moved on); one further behind is a wrapped count.
+inline constexpr uint32_t kStaleWindow = 1u << 16;
+
 struct EngineConfig {
     LocalIdentity identity;          // our node id, cluster, system id, incarnation, key
     std::vector<NodeAddress> nodes;  // every node of the cluster, us included
@@ -126,7 +133,8 @@ class Engine final : public tiers::TransportHandler, public HandshakePolicy {
     RejectReason check_peer(uint16_t node_id, const std::string& peer_address,
                             uint8_t lane) override;
     LaneState lane_state(uint16_t node_id, uint8_t lane) override;
-    RejectReason admit(uint16_t node_id, uint64_t incarnation, std::string* why) override;
+    RejectReason admit(uint16_t node_id, uint64_t incarnation, uint8_t lane,
+                       std::string* why) override;
 
   private:
     struct Lane {
@@ -184,6 +192,8 @@ class Engine final : public tiers::TransportHandler, public HandshakePolicy {
     // Requester lanes (engine_requesters.cpp).
     static constexpr int kMaxRequesterLanes = 512;  // per peer node
     int requester_lanes(int peer) const;
+    // Only the instance of the node we hold sessions with, while it is UP.
+    RejectReason admit_requester(const Peer& p, uint64_t incarnation, std::string* why);
     void establish_requester(tiers::ConnId id, Conn& c, Peer& p, const PeerIdentity& pid);
     void on_requester_frame(tiers::ConnId id, Conn& c, Peer& p, const FrameHeader& h,
                             const uint8_t* payload);
@@ -193,6 +203,8 @@ class Engine final : public tiers::TransportHandler, public HandshakePolicy {
                                  const uint8_t* payload, uint32_t len);
     void close_requester_lanes(int peer);
     void forget_requester_lane(tiers::ConnId id);
+    // The node restarted or is DOWN: its processes' requests start afresh.
+    void forget_requests_of(uint16_t node);
     // An RPC request older than the newest one seen from its process (one RPC
     // at a time per process): its caller gave up on it, so it must not run
     // after the newer one, whichever path each took. Records the newest.

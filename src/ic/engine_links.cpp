@@ -99,6 +99,7 @@ bool Engine::start(std::string* error) {
         release_queued(n.node_id, ps.unacked_msgs, ps.unacked_bytes);
         store_relaxed(&ps.unacked_msgs, uint64_t{0});
         store_relaxed(&ps.unacked_bytes, uint64_t{0});
+        store_relaxed(&ps.requester_lanes, 0u);  // a dead listener's lanes are gone
     }
     const int64_t t = unix_time_us();
     for (const NodeAddress& n : cfg_.nodes) {
@@ -573,6 +574,11 @@ RejectReason Engine::check_peer(uint16_t node_id, const std::string& peer_addres
     if (!known) return RejectReason::AddressMismatch;
     if (lane == kRequesterLane) {  // a backend's own: either side may dial
         if (shutting_down_) return RejectReason::ShuttingDown;
+        // Refused before anything is authenticated, so that the requester
+        // knows nothing was sent and takes the listener path.
+        if (p->state != PeerState::Up) return RejectReason::Busy;
+        if (requester_lanes(static_cast<int>(p - peers_.data())) >= kMaxRequesterLanes)
+            return RejectReason::Busy;
         return RejectReason::None;
     }
     if (p->dialer) return RejectReason::WrongDirection;  // we dial it: one connection per lane
@@ -586,9 +592,10 @@ RejectReason Engine::check_peer(uint16_t node_id, const std::string& peer_addres
 // with the key, or two instances configured with the same cluster.node_id).
 // A node that really restarted left no connection up (its sockets closed, or
 // cluster.peer_timeout declared it DOWN), so it is admitted then.
-RejectReason Engine::admit(uint16_t node_id, uint64_t incarnation, std::string* why) {
+RejectReason Engine::admit(uint16_t node_id, uint64_t incarnation, uint8_t lane, std::string* why) {
     Peer* p = peer_by_node(node_id);
     if (p == nullptr) return RejectReason::UnknownNode;
+    if (lane == kRequesterLane) return admit_requester(*p, incarnation, why);
     if (p->incarnation == 0 || p->incarnation == incarnation) return RejectReason::None;
     int up = 0;
     for (const Lane& l : p->lanes) up += l.up ? 1 : 0;
@@ -728,6 +735,7 @@ void Engine::declare_down(Peer& p, const std::string& why) {
     for (Lane& l : p.lanes)
         if (l.conn != 0) close_conn(l.conn);
     close_requester_lanes(static_cast<int>(&p - peers_.data()));
+    forget_requests_of(p.addr.node_id);
     fail_outstanding(p.addr.node_id, PGRAC_IC_UNREACHABLE);
     // Their callers were told they failed: if the peer comes back, they must not run.
     void_abandoned_requests(p);
@@ -745,8 +753,7 @@ void Engine::peer_restarted(Peer& p, uint64_t new_incarnation, tiers::ConnId kee
         if (l.up && l.conn != keep) close_conn(l.conn);
     // Its processes' requests are numbered afresh (a new shared memory).
     close_requester_lanes(static_cast<int>(&p - peers_.data()));
-    for (auto it = newest_rpc_.begin(); it != newest_rpc_.end();)
-        it = (it->first >> 32) == p.addr.node_id ? newest_rpc_.erase(it) : std::next(it);
+    forget_requests_of(p.addr.node_id);
     // The other lanes' sessions were with the old instance, which is gone:
     // they start again now, not at their own handshake, so that what is
     // queued on them from now on (after the peer is seen UP again) is for the

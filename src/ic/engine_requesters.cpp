@@ -19,27 +19,21 @@ int Engine::requester_lanes(int peer) const {
     return n;
 }
 
+RejectReason Engine::admit_requester(const Peer& p, uint64_t incarnation, std::string* why) {
+    if (p.state == PeerState::Up && p.incarnation == incarnation) return RejectReason::None;
+    *why = "requester lane of node " + std::to_string(p.addr.node_id) + " incarnation " +
+           std::to_string(incarnation) + " refused: that instance is not UP here";
+    return RejectReason::DuplicateNode;
+}
+
 void Engine::establish_requester(tiers::ConnId id, Conn& c, Peer& p, const PeerIdentity& pid) {
-    // Only from the instance we hold a session with, while it is UP: a
-    // requester of an instance we have not met (or that restarted) waits for
-    // the peer lanes to settle that first.
+    // check_peer() and admit() refused, before the handshake finished, what
+    // the state then did not allow; what changed since is refused here.
     if (p.state != PeerState::Up || p.incarnation != pid.incarnation) {
-        report_throttled(ErrorType::HandshakeFailed, Severity::Warning, pid.node_id,
-                         "requester lane from node " + std::to_string(pid.node_id) +
-                             " refused: the node is not UP here as incarnation " +
-                             std::to_string(pid.incarnation));
         close_conn(id);
         return;
     }
     const int peer = static_cast<int>(&p - peers_.data());
-    if (requester_lanes(peer) >= kMaxRequesterLanes) {
-        report_throttled(ErrorType::UnauthenticatedLimit, Severity::Warning, pid.node_id,
-                         "requester lane from node " + std::to_string(pid.node_id) +
-                             " refused: it has " + std::to_string(kMaxRequesterLanes) +
-                             " open already");
-        close_conn(id);
-        return;
-    }
     c.peer = peer;
     c.lane = kRequesterLane;
     c.requester = true;
@@ -62,9 +56,11 @@ void Engine::on_requester_frame(tiers::ConnId id, Conn& c, Peer& p, const FrameH
     }
     // A process has one RPC at a time: a second request before the reply is a
     // peer that would make us queue replies it does not read.
-    if (c.req_pending) {
+    // An honest requester has read the whole reply before it sends again, so
+    // nothing of it is still queued here: replies it does not read cannot pile up.
+    if (c.req_pending || transport_->queued_bytes(id) > 0) {
         drop_conn(id, p, ErrorType::MalformedFrame,
-                  "a second request before the reply to the first" + from);
+                  "a request before the reply to the previous one was read" + from);
         return;
     }
     if (h.seq != c.req_received + 1) {
@@ -92,6 +88,12 @@ void Engine::on_requester_frame(tiers::ConnId id, Conn& c, Peer& p, const FrameH
     count<uint64_t>(&p.shm->bytes_recv, kFrameHeaderSize + h.payload_len);
     MessageHeader mh;
     decode_message_header(payload, h.payload_len, &mh);
+    if (rpc_slot(mh.rpc_id) >= kMaxRpcSlots) {
+        drop_conn(id, p, ErrorType::MalformedFrame,
+                  "request from process slot " + std::to_string(rpc_slot(mh.rpc_id)) +
+                      ", above any PGPROC number" + from);
+        return;
+    }
     store_relaxed(&p.shm->epoch_seen, mh.epoch);
     if (stale_request(p.addr.node_id, mh.rpc_id)) {
         count(&p.shm->requests_voided);
@@ -112,7 +114,9 @@ bool Engine::reply_on_requester_lane(uint16_t node, uint16_t flags, const Messag
     requester_replies_.erase(it);
     release_queued(node, 1, kFrameHeaderSize + len);
     auto ci = conns_.find(id);
-    if (ci == conns_.end() || !ci->second.requester) return true;  // its requester is gone
+    // Its requester gave up and closed the lane (id 0 marks that): dropped
+    // here, not sent over the peer lanes, where no one waits for it.
+    if (id == 0 || ci == conns_.end() || !ci->second.requester) return true;
     Conn& c = ci->second;
     c.req_pending = false;
     FrameHeader h;
@@ -138,16 +142,30 @@ void Engine::close_requester_lanes(int peer) {
 }
 
 void Engine::forget_requester_lane(tiers::ConnId id) {
+    // The replies still due (an LMS worker has the request) are dropped when
+    // they come: the lane's entries stay, marked with no connection.
+    for (auto& [key, conn] : requester_replies_)
+        if (conn == id) conn = 0;
+}
+
+void Engine::forget_requests_of(uint16_t node) {
     for (auto it = requester_replies_.begin(); it != requester_replies_.end();)
-        it = it->second == id ? requester_replies_.erase(it) : std::next(it);
+        it = it->first.first == node ? requester_replies_.erase(it) : std::next(it);
+    for (auto it = newest_rpc_.begin(); it != newest_rpc_.end();)
+        it = (it->first >> 32) == node ? newest_rpc_.erase(it) : std::next(it);
 }
 
 bool Engine::stale_request(uint16_t node, uint64_t rpc_id) {
+    if (rpc_slot(rpc_id) >= kMaxRpcSlots) return false;  // no such process: not remembered
     const uint64_t key = (static_cast<uint64_t>(node) << 32) | rpc_slot(rpc_id);
     const uint32_t gen = static_cast<uint32_t>(rpc_id);
     auto [it, fresh] = newest_rpc_.emplace(key, gen);
     if (fresh) return false;
-    if (static_cast<int32_t>(gen - it->second) < 0) return true;
+    // The slot's generation also moves with its RPCs to other nodes: only a
+    // request a little behind (or the same one again) is stale; one far
+    // behind is a wrap, and starts the count again.
+    const uint32_t behind = it->second - gen;
+    if (behind < kStaleWindow) return true;
     it->second = gen;
     return false;
 }

@@ -41,22 +41,28 @@ class FramePool {
   public:
     static constexpr size_t kMaxSpares = 128;
     static constexpr size_t kMaxSpareCapacity = 64 * 1024 + 256;
+    static constexpr size_t kMaxSpareBytes = 1 << 20;  // per pool (per session)
 
     FrameBuffer take(size_t n) {
         if (spares_.empty()) return FrameBuffer(n);
         FrameBuffer b = std::move(spares_.back());
         spares_.pop_back();
+        bytes_ -= b.capacity();
         b.resize(n);
         return b;
     }
     void give(FrameBuffer&& b) {
-        if (spares_.size() < kMaxSpares && b.capacity() <= kMaxSpareCapacity)
+        if (spares_.size() < kMaxSpares && b.capacity() <= kMaxSpareCapacity &&
+            bytes_ + b.capacity() <= kMaxSpareBytes) {
+            bytes_ += b.capacity();
             spares_.push_back(std::move(b));
+        }
     }
     size_t spares() const { return spares_.size(); }
 
   private:
     std::vector<FrameBuffer> spares_;
+    size_t bytes_ = 0;  // capacity held by the spares
 };
 
 }  // namespace pgrac::ic

@@ -535,7 +535,7 @@ bool Handshake::admit_peer(uint16_t node, uint32_t max_message, uint64_t incarna
         return false;
     }
     std::string why;
-    const RejectReason admitted = policy_.admit(node, incarnation, &why);
+    const RejectReason admitted = policy_.admit(node, incarnation, pending_.lane, &why);
     if (admitted == RejectReason::None) return true;
     fail(admitted, why, out);
     return false;

@@ -106,7 +106,8 @@ class HandshakePolicy {
     virtual LaneState lane_state(uint16_t node_id, uint8_t lane) = 0;
     // Both sides, once the peer is authenticated: may this instance of node_id
     // (its incarnation) have a session now? *why explains a refusal.
-    virtual RejectReason admit(uint16_t node_id, uint64_t incarnation, std::string* why) = 0;
+    virtual RejectReason admit(uint16_t node_id, uint64_t incarnation, uint8_t lane,
+                               std::string* why) = 0;
 };
 
 struct HandshakeOutput {

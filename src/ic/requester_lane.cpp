@@ -33,7 +33,9 @@ class NoSessionPolicy : public HandshakePolicy {
         return RejectReason::None;
     }
     LaneState lane_state(uint16_t, uint8_t) override { return {}; }
-    RejectReason admit(uint16_t, uint64_t, std::string*) override { return RejectReason::None; }
+    RejectReason admit(uint16_t, uint64_t, uint8_t, std::string*) override {
+        return RejectReason::None;
+    }
 };
 
 }  // namespace
@@ -62,14 +64,13 @@ RequesterLane::Result RequesterLane::fail(Result r, const std::string& why, std:
 
 RequesterLane::Result RequesterLane::write_all(const uint8_t* data, size_t n, uint64_t deadline_ns,
                                                InterruptCheck interrupted, std::string* error,
-                                               size_t* written) {
+                                               bool* sent) {
     size_t off = 0;
-    if (written != nullptr) *written = 0;
     while (off < n) {
         const ssize_t w = ::send(fd_, data + off, n - off, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w > 0) {
             off += static_cast<size_t>(w);
-            if (written != nullptr) *written = off;
+            if (sent != nullptr) *sent = true;  // before anything else can fail
             continue;
         }
         if (w < 0 && errno == EINTR) continue;
@@ -220,9 +221,8 @@ RequesterLane::Result RequesterLane::call(const uint8_t* payload, uint32_t len, 
     } else {
         guard_->seal(h, payload, len, &frame_);
     }
-    size_t written = 0;
-    Result r = write_all(frame_.data(), frame_.size(), deadline_ns, interrupted, error, &written);
-    *sent = written > 0;  // from the first byte on, the peer may run it
+    // From the first byte on the peer may run it: *sent says so.
+    Result r = write_all(frame_.data(), frame_.size(), deadline_ns, interrupted, error, sent);
     if (r != Result::Ok) return r;
     FrameHeader rh;
     const uint8_t* rp = nullptr;

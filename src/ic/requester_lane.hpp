@@ -50,7 +50,7 @@ class RequesterLane {
 
   private:
     Result write_all(const uint8_t* data, size_t n, uint64_t deadline_ns,
-                     InterruptCheck interrupted, std::string* error, size_t* written);
+                     InterruptCheck interrupted, std::string* error, bool* sent);
     Result read_frame(FrameHeader* h, const uint8_t** payload, uint64_t spin_ns,
                       uint64_t deadline_ns, InterruptCheck interrupted, std::string* error);
     Result fail(Result r, const std::string& why, std::string* error);

@@ -172,21 +172,56 @@ TEST_F(RequesterTest, AWrongKeyIsRefused) {
     EXPECT_EQ(load_relaxed(&node(2).peer(1).requester_lanes), 0u);
 }
 
-TEST_F(RequesterTest, ALaneFromAnotherIncarnationIsClosed) {
+TEST_F(RequesterTest, ALaneFromAnotherIncarnationIsRefusedBeforeAnythingIsSent) {
     make(2, serve_rpcs_in_place);
     bring_up();
     EngineConfig c = make_config(1, addrs_, 777);  // not the instance node 2 knows
     RequesterLane lane(c.identity, 2, addrs_[1].host, addrs_[1].port);
     std::string err;
-    RequesterLane::Result r = open(lane, &err);
-    if (r == RequesterLane::Result::Ok) {
-        // The acceptor closes it right after the handshake: the first call fails.
-        std::vector<uint8_t> reply;
-        bool sent = false;
-        r = call(lane, make_rpc_id(6, 1), pattern(16, 1), &reply, &sent, &err, 1000000000ull);
-    }
-    EXPECT_NE(r, RequesterLane::Result::Ok);
-    EXPECT_EQ(load_relaxed(&node(2).peer(1).direct_rpcs_served), 0u);
+    EXPECT_EQ(open(lane, &err), RequesterLane::Result::Failed);
+    EXPECT_NE(err.find("duplicate_node"), std::string::npos) << err;
+    EXPECT_FALSE(lane.is_open());
+    EXPECT_EQ(load_relaxed(&node(2).peer(1).requester_lanes), 0u);
+}
+
+TEST_F(RequesterTest, StaleMeansALittleBehindOrTheSameAgain) {
+    make(2, serve_rpcs_in_place);
+    bring_up();
+    TestNode& b = node(2);
+    auto lane = lane_to(1, 2);
+    std::string err;
+    ASSERT_EQ(open(*lane, &err), RequesterLane::Result::Ok) << err;
+    std::vector<uint8_t> reply;
+    bool sent = false;
+    auto ok = [&](uint32_t gen) {
+        if (!lane->is_open()) {
+            EXPECT_EQ(open(*lane, &err), RequesterLane::Result::Ok) << err;
+        }
+        return call(*lane, make_rpc_id(9, gen), pattern(16, gen), &reply, &sent, &err,
+                    300000000ull) == RequesterLane::Result::Ok;
+    };
+    EXPECT_TRUE(ok(100000));
+    EXPECT_FALSE(ok(100000)) << "the same request again is stale";
+    EXPECT_FALSE(ok(99999)) << "one behind is stale";
+    EXPECT_TRUE(ok(100000 - kStaleWindow - 5)) << "far behind: the generation wrapped";
+    EXPECT_TRUE(ok(100001 - kStaleWindow)) << "counted from the new mark";
+    EXPECT_EQ(load_relaxed(&b.peer(1).requests_voided), 2u);
+}
+
+TEST_F(RequesterTest, ARequestFromNoPossibleProcessDropsTheLane) {
+    make(2, serve_rpcs_in_place);
+    bring_up();
+    TestNode& b = node(2);
+    auto lane = lane_to(1, 2);
+    std::string err;
+    ASSERT_EQ(open(*lane, &err), RequesterLane::Result::Ok) << err;
+    std::vector<uint8_t> reply;
+    bool sent = false;
+    EXPECT_NE(call(*lane, make_rpc_id(kMaxRpcSlots, 1), pattern(16, 1), &reply, &sent, &err,
+                   2000000000ull),
+              RequesterLane::Result::Ok);
+    EXPECT_TRUE(pump([&] { return load_relaxed(&b.peer(1).requester_lanes) == 0; }));
+    EXPECT_EQ(b.served_in_place.size(), 0u);
 }
 
 TEST_F(RequesterTest, ASecondRequestBeforeTheReplyDropsTheLane) {

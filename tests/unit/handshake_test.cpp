@@ -40,7 +40,7 @@ class TestPolicy : public HandshakePolicy {
         auto it = lanes.find({node_id, lane});
         return it == lanes.end() ? LaneState{} : it->second;
     }
-    RejectReason admit(uint16_t node_id, uint64_t incarnation, std::string* why) override {
+    RejectReason admit(uint16_t node_id, uint64_t incarnation, uint8_t, std::string* why) override {
         admitted.emplace_back(node_id, incarnation);
         if (admit_verdict != RejectReason::None) *why = "node is connected as another instance";
         return admit_verdict;
