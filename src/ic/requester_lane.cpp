@@ -62,6 +62,24 @@ RequesterLane::Result RequesterLane::fail(Result r, const std::string& why, std:
     return r;
 }
 
+RequesterLane::Result RequesterLane::wait_ready(short events, bool spin, uint64_t deadline_ns,
+                                                InterruptCheck interrupted,
+                                                const char* timeout_text, std::string* error) {
+    const uint64_t now = now_ns();
+    if (now >= deadline_ns) return fail(Result::Timeout, timeout_text, error);
+    if (interrupted != nullptr && interrupted())
+        return fail(Result::Interrupted, "interrupted", error);
+    if (spin) {
+        sched_yield();  // let the peer's listener have this CPU
+        return Result::Ok;
+    }
+    pollfd pfd{fd_, events, 0};
+    const int ms =
+        static_cast<int>(std::min<uint64_t>((deadline_ns - now) / 1000000 + 1, kSliceMs));
+    (void)::poll(&pfd, 1, ms);
+    return Result::Ok;
+}
+
 RequesterLane::Result RequesterLane::write_all(const uint8_t* data, size_t n, uint64_t deadline_ns,
                                                InterruptCheck interrupted, std::string* error,
                                                bool* sent) {
@@ -78,14 +96,9 @@ RequesterLane::Result RequesterLane::write_all(const uint8_t* data, size_t n, ui
             return fail(Result::Failed,
                         tiers::sys_error("send to node " + std::to_string(peer_node_), errno),
                         error);
-        const uint64_t now = now_ns();
-        if (now >= deadline_ns) return fail(Result::Timeout, "send timed out", error);
-        if (interrupted != nullptr && interrupted())
-            return fail(Result::Interrupted, "interrupted", error);
-        pollfd pfd{fd_, POLLOUT, 0};
-        const int ms =
-            static_cast<int>(std::min<uint64_t>((deadline_ns - now) / 1000000 + 1, kSliceMs));
-        (void)::poll(&pfd, 1, ms);
+        const Result r =
+            wait_ready(POLLOUT, false, deadline_ns, interrupted, "send timed out", error);
+        if (r != Result::Ok) return r;
     }
     return Result::Ok;
 }
@@ -115,18 +128,9 @@ RequesterLane::Result RequesterLane::read_frame(FrameHeader* h, const uint8_t** 
             return fail(Result::Failed,
                         tiers::sys_error("recv from node " + std::to_string(peer_node_), errno),
                         error);
-        const uint64_t now = now_ns();
-        if (now >= deadline_ns) return fail(Result::Timeout, "no reply before the deadline", error);
-        if (interrupted != nullptr && interrupted())
-            return fail(Result::Interrupted, "interrupted", error);
-        if (now < spin_end) {
-            sched_yield();  // let the peer's listener have this CPU
-            continue;
-        }
-        pollfd pfd{fd_, POLLIN, 0};
-        const int ms =
-            static_cast<int>(std::min<uint64_t>((deadline_ns - now) / 1000000 + 1, kSliceMs));
-        (void)::poll(&pfd, 1, ms);
+        const Result waited = wait_ready(POLLIN, spin_end != 0 && now_ns() < spin_end, deadline_ns,
+                                         interrupted, "no reply before the deadline", error);
+        if (waited != Result::Ok) return waited;
     }
 }
 
@@ -146,13 +150,10 @@ RequesterLane::Result RequesterLane::open(uint64_t deadline_ns, InterruptCheck i
                     error);
     for (;;) {  // the connect completes when the socket becomes writable
         pollfd pfd{fd_, POLLOUT, 0};
-        const uint64_t now = now_ns();
-        if (now >= deadline_ns) return fail(Result::Timeout, "connect timed out", error);
-        if (interrupted != nullptr && interrupted())
-            return fail(Result::Interrupted, "interrupted", error);
-        const int ms =
-            static_cast<int>(std::min<uint64_t>((deadline_ns - now) / 1000000 + 1, kSliceMs));
-        if (::poll(&pfd, 1, ms) > 0) break;
+        if (::poll(&pfd, 1, 0) > 0) break;
+        const Result r =
+            wait_ready(POLLOUT, false, deadline_ns, interrupted, "connect timed out", error);
+        if (r != Result::Ok) return r;
     }
     int soerr = 0;
     socklen_t sl = sizeof soerr;

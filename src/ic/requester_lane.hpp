@@ -49,6 +49,10 @@ class RequesterLane {
                 std::vector<uint8_t>* reply, bool* sent, std::string* error);
 
   private:
+    // Checks the deadline and interrupts, then waits once for fd_ (a poll() of
+    // at most 10 ms, or a sched_yield when spinning): Ok means look again.
+    Result wait_ready(short events, bool spin, uint64_t deadline_ns, InterruptCheck interrupted,
+                      const char* timeout_text, std::string* error);
     Result write_all(const uint8_t* data, size_t n, uint64_t deadline_ns,
                      InterruptCheck interrupted, std::string* error, bool* sent);
     Result read_frame(FrameHeader* h, const uint8_t** payload, uint64_t spin_ns,

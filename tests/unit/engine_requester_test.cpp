@@ -32,6 +32,11 @@ std::vector<uint8_t> request(uint64_t rpc_id, const std::vector<uint8_t>& body,
     return p;
 }
 
+void serve_rpcs_in_place(EngineConfig& c) {
+    c.serve_in_place.assign(PGRAC_IC_MAX_MSG_TYPE + 1, false);
+    c.serve_in_place[kRpcType] = true;
+}
+
 class RequesterTest : public EngineTest {
   protected:
     // Runs f on a thread of its own (the lane blocks) while the engines run.
@@ -44,6 +49,19 @@ class RequesterTest : public EngineTest {
         });
         pump([&] { return done.load(); }, std::chrono::milliseconds(20000));
         t.join();
+    }
+    // Two nodes up (node 2 serving kRpcType in place unless told otherwise),
+    // and node 1's lane to node 2 opened.
+    std::unique_ptr<RequesterLane> up_with_lane(bool in_place = true) {
+        if (in_place)
+            make(2, serve_rpcs_in_place);
+        else
+            make(2);
+        bring_up();
+        auto lane = lane_to(1, 2);
+        std::string err;
+        EXPECT_EQ(open(*lane, &err), RequesterLane::Result::Ok) << err;
+        return lane;
     }
     std::unique_ptr<RequesterLane> lane_to(uint16_t from, uint16_t to) {
         EngineConfig c = make_config(from, addrs_);
@@ -68,18 +86,10 @@ class RequesterTest : public EngineTest {
     }
 };
 
-void serve_rpcs_in_place(EngineConfig& c) {
-    c.serve_in_place.assign(PGRAC_IC_MAX_MSG_TYPE + 1, false);
-    c.serve_in_place[kRpcType] = true;
-}
-
 TEST_F(RequesterTest, RequestsAreServedInPlaceAndAnsweredOnTheLane) {
-    make(2, serve_rpcs_in_place);
-    bring_up();
+    auto lane = up_with_lane();
     TestNode& b = node(2);
-    auto lane = lane_to(1, 2);
     std::string err;
-    ASSERT_EQ(open(*lane, &err), RequesterLane::Result::Ok) << err;
     EXPECT_EQ(load_relaxed(&b.peer(1).requester_lanes), 1u);
     for (uint32_t i = 1; i <= 20; i++) {
         const auto body = pattern(64 + 400 * i, i);
@@ -101,11 +111,8 @@ TEST_F(RequesterTest, RequestsAreServedInPlaceAndAnsweredOnTheLane) {
 }
 
 TEST_F(RequesterTest, RequestsAnLmsWorkerServesAreAnsweredOnTheLane) {
-    make(2);
-    bring_up();
-    auto lane = lane_to(1, 2);
+    auto lane = up_with_lane(false);
     std::string err;
-    ASSERT_EQ(open(*lane, &err), RequesterLane::Result::Ok) << err;
     std::vector<uint8_t> reply;
     bool sent = false;
     const auto body = pattern(8192, 9);
@@ -136,12 +143,9 @@ TEST_F(RequesterTest, AStaleRequestNeverRunsAfterANewerOneOfItsProcess) {
 }
 
 TEST_F(RequesterTest, AFrameThatIsNotARequestDropsTheLane) {
-    make(2, serve_rpcs_in_place);
-    bring_up();
+    auto lane = up_with_lane();
     TestNode& b = node(2);
-    auto lane = lane_to(1, 2);
     std::string err;
-    ASSERT_EQ(open(*lane, &err), RequesterLane::Result::Ok) << err;
     const uint64_t malformed = b.errors(ErrorType::MalformedFrame);
     // A reply-flagged frame where only requests may come.
     std::vector<uint8_t> reply;
@@ -185,12 +189,9 @@ TEST_F(RequesterTest, ALaneFromAnotherIncarnationIsRefusedBeforeAnythingIsSent) 
 }
 
 TEST_F(RequesterTest, StaleMeansALittleBehindOrTheSameAgain) {
-    make(2, serve_rpcs_in_place);
-    bring_up();
+    auto lane = up_with_lane();
     TestNode& b = node(2);
-    auto lane = lane_to(1, 2);
     std::string err;
-    ASSERT_EQ(open(*lane, &err), RequesterLane::Result::Ok) << err;
     std::vector<uint8_t> reply;
     bool sent = false;
     auto ok = [&](uint32_t gen) {
@@ -209,12 +210,9 @@ TEST_F(RequesterTest, StaleMeansALittleBehindOrTheSameAgain) {
 }
 
 TEST_F(RequesterTest, ARequestFromNoPossibleProcessDropsTheLane) {
-    make(2, serve_rpcs_in_place);
-    bring_up();
+    auto lane = up_with_lane();
     TestNode& b = node(2);
-    auto lane = lane_to(1, 2);
     std::string err;
-    ASSERT_EQ(open(*lane, &err), RequesterLane::Result::Ok) << err;
     std::vector<uint8_t> reply;
     bool sent = false;
     EXPECT_NE(call(*lane, make_rpc_id(kMaxRpcSlots, 1), pattern(16, 1), &reply, &sent, &err,
@@ -225,13 +223,10 @@ TEST_F(RequesterTest, ARequestFromNoPossibleProcessDropsTheLane) {
 }
 
 TEST_F(RequesterTest, ASecondRequestBeforeTheReplyDropsTheLane) {
-    make(2, serve_rpcs_in_place);
-    bring_up();
+    auto lane = up_with_lane();
     TestNode& b = node(2);
     b.owner_serves = false;  // the first request's reply stays due
-    auto lane = lane_to(1, 2);
     std::string err;
-    ASSERT_EQ(open(*lane, &err), RequesterLane::Result::Ok) << err;
     const uint64_t malformed = b.errors(ErrorType::MalformedFrame);
     std::vector<uint8_t> bytes;
     for (uint32_t seq = 1; seq <= 2; seq++) {  // crc mode in these tests: no seal
