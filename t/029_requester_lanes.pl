@@ -40,6 +40,11 @@ is($n1->safe_psql('postgres', 'SELECT count(*) FROM (SELECT pgrac_ic_ping(2) FRO
 my ($rpcs1, $direct1) = split /:/, sent();
 is($rpcs1 - $rpcs0, 20, 'node 1 counted 20 RPCs to node 2');
 
+if ($c->tier ne 'tier3')
+{
+	is($direct1 - $direct0, 0, "at $c->{tier} no RPC takes a requester lane");
+}
+
 SKIP:
 {
 	skip 'requester lanes are tier3 only', 15
