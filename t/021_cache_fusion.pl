@@ -125,6 +125,10 @@ ok($c->set_serve_in_place(1, 'on', 2), 'serve_in_place on again');
 # waits: restart node 1 to empty it.
 $n1->restart;
 ok($c->wait_up($_), "node $_ sees all nodes UP after node 1's restart") for 1 .. 3;
+# The restart's GES replay reaches node 1's LMS workers first: once GES answers
+# everywhere their inboxes are empty, so the fetch below is taken in place
+# (and handed on), not queued behind replay traffic for a frozen worker.
+$c->wait_ges_ready;
 my @lms1 = split /\n/, $n1->safe_psql('postgres',
 	"SELECT pid FROM pg_stat_activity WHERE backend_type LIKE 'pgrac_ic lms%'");
 kill 'STOP', @lms1;

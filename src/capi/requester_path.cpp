@@ -30,9 +30,11 @@ namespace pgrac::glue {
 
 namespace {
 
-// After a lane could not be opened or broke, the listeners carry this
-// process's RPCs to that node for a while.
+// After a lane broke, the listeners carry this process's RPCs to that node
+// for a second; after the peer refused one (not UP there yet, another
+// instance, its lane limit), for ten.
 constexpr uint64_t kRetryAfterNs = 1000ull * 1000 * 1000;
+constexpr uint64_t kRetryAfterRefusalNs = 10 * kRetryAfterNs;
 
 struct NodeLane {
     std::unique_ptr<RequesterLane> lane;
@@ -159,7 +161,7 @@ void requester_rpc(IcShared* shm, int node, const MessageHeader& mh, uint16_t fr
                     if (opened != RequesterLane::Result::Ok) {
                         // Nothing sent: the listeners take this RPC.
                         nl.lane.reset();
-                        nl.retry_after_ns = now_ns() + kRetryAfterNs;
+                        nl.retry_after_ns = now_ns() + kRetryAfterRefusalNs;
                         out->interrupted = opened == RequesterLane::Result::Interrupted;
                         return;
                     }

@@ -454,6 +454,15 @@ void Engine::send_handshake(tiers::ConnId id, const std::vector<HandshakeOutput>
 
 void Engine::handshake_failed(tiers::ConnId id, Conn& c) {
     const Handshake& hs = *c.handshake;
+    // A requester lane refused because of state (the node is not UP here yet,
+    // another instance, the lane limit) is routine: the requester takes the
+    // listener path and tries again later. Not an error of anyone's.
+    if (!c.dialer && hs.lane() == kRequesterLane &&
+        (hs.reject_reason() == RejectReason::Busy ||
+         hs.reject_reason() == RejectReason::DuplicateNode)) {
+        close_conn(id);
+        return;
+    }
     int node = c.peer >= 0 ? peers_[c.peer].addr.node_id : -1;
     const std::string text =
         (hs.rejected_by_peer() ? "" : "refused connection from " + c.peer_host + ": ") +

@@ -99,9 +99,19 @@ void Engine::on_requester_frame(tiers::ConnId id, Conn& c, Peer& p, const FrameH
         count(&p.shm->requests_voided);
         return;
     }
+    // The same id still awaiting its reply can only be an earlier instance's
+    // request (the node restarted): this one is refused rather than risk
+    // the old reply reaching it.
+    auto [entry, fresh] = requester_replies_.emplace(std::make_pair(p.addr.node_id, mh.rpc_id), id);
+    if (!fresh) {
+        report(ErrorType::PeerReset, Severity::Warning, p.addr.node_id,
+               "request " + std::to_string(mh.rpc_id) + from +
+                   " has the id of one whose reply is still due; lane closed");
+        close_conn(id);
+        return;
+    }
     count(&p.shm->rpcs_served);
     count(&p.shm->direct_rpcs_served);
-    requester_replies_[{p.addr.node_id, mh.rpc_id}] = id;
     c.req_pending = true;
     deliver_to_lms(p.addr.node_id, h.flags, payload, h.payload_len);
 }
@@ -149,8 +159,11 @@ void Engine::forget_requester_lane(tiers::ConnId id) {
 }
 
 void Engine::forget_requests_of(uint16_t node) {
-    for (auto it = requester_replies_.begin(); it != requester_replies_.end();)
-        it = it->first.first == node ? requester_replies_.erase(it) : std::next(it);
+    // Replies still due (held in place or queued at an LMS worker) are dropped
+    // when they come: their requester is gone, and over the peer lanes they
+    // could meet an RPC of the node's next instance with the same rpc_id.
+    for (auto& [key, conn] : requester_replies_)
+        if (key.first == node) conn = 0;
     for (auto it = newest_rpc_.begin(); it != newest_rpc_.end();)
         it = (it->first >> 32) == node ? newest_rpc_.erase(it) : std::next(it);
 }

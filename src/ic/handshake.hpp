@@ -138,6 +138,8 @@ class Handshake {
     // Hello's), before it is authenticated; 0 if none yet.
     uint16_t claimed_node() const { return role_ == Role::Dialer ? expected_peer_ : claimed_; }
     const PeerIdentity& peer() const { return peer_; }
+    // The lane the Hello asked for (acceptor) or this dialer offers.
+    uint8_t lane() const { return pending_.lane; }
     RejectReason reject_reason() const { return reason_; }
     // The peer's proof verified (a Reject we send may then say why).
     bool peer_authenticated() const { return peer_authenticated_; }

@@ -248,5 +248,25 @@ TEST_F(RequesterTest, ASecondRequestBeforeTheReplyDropsTheLane) {
     EXPECT_EQ(b.state_of(1), PeerState::Up) << "the peer lanes are untouched";
 }
 
+TEST_F(RequesterTest, AReplyDueToAClosedLaneIsDroppedNotSentOnThePeerLanes) {
+    auto lane = up_with_lane();
+    TestNode& a = node(1);
+    TestNode& b = node(2);
+    b.owner_serves = false;  // the request waits in node 2's engine
+    std::string err;
+    std::vector<uint8_t> reply;
+    bool sent = false;
+    EXPECT_EQ(call(*lane, make_rpc_id(11, 1), pattern(16, 1), &reply, &sent, &err, 200000000ull),
+              RequesterLane::Result::Timeout);
+    EXPECT_TRUE(sent);
+    EXPECT_TRUE(pump([&] { return load_relaxed(&b.peer(1).requester_lanes) == 0; }));
+    const uint64_t sent_before = load_relaxed(&b.peer(1).msgs_sent);
+    b.owner_serves = true;  // now the reply comes, with its lane gone
+    EXPECT_TRUE(pump([&] { return b.served_in_place.size() == 1; }));
+    EXPECT_TRUE(pump([&] { return quiescent(); }));
+    EXPECT_EQ(load_relaxed(&b.peer(1).msgs_sent), sent_before) << "not sent on a peer lane";
+    EXPECT_EQ(a.errors(ErrorType::WrongSource), 0u);
+}
+
 }  // namespace
 }  // namespace pgrac::ic::enginetest
