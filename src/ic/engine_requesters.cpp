@@ -27,14 +27,9 @@ RejectReason Engine::admit_requester(const Peer& p, uint64_t incarnation, std::s
 }
 
 void Engine::establish_requester(tiers::ConnId id, Conn& c, Peer& p, const PeerIdentity& pid) {
-    // check_peer() and admit() refused, before the handshake finished, what
-    // the state then did not allow; what changed since is refused here.
-    if (p.state != PeerState::Up || p.incarnation != pid.incarnation) {
-        close_conn(id);
-        return;
-    }
-    const int peer = static_cast<int>(&p - peers_.data());
-    c.peer = peer;
+    // admit_requester() checked the node's state and incarnation in the same
+    // turn of the loop (the AuthOk that completes the handshake), so they hold.
+    c.peer = static_cast<int>(&p - peers_.data());
     c.lane = kRequesterLane;
     c.requester = true;
     c.established = true;
