@@ -1,5 +1,5 @@
 
-# Copyright: pgrac_ic authors. Requester lanes (docs/architecture.md): at tier3
+# Copyright: pgrac_ic authors. Requester lanes (docs/architecture.md):
 # a backend sends its RPCs to a peer's listener on a connection of its own and
 # reads the reply itself. Checked here: RPCs take the lane (block fetches do
 # too: t/021 runs with the default)
@@ -7,7 +7,8 @@
 # message before the RPC keep the listener path; the lane lives as long as the
 # backend; a peer listener's restart and a frozen peer listener fail only the
 # RPC in flight, with a clear status, and the next RPC works; a cancel ends a
-# wait on a frozen peer. On the verbs tiers the listeners carry every RPC.
+# wait on a frozen peer. The same on every tier: a TCP socket of the backend's
+# own at tier3, a queue pair of its own on the verbs tiers.
 use strict;
 use warnings;
 
@@ -40,15 +41,7 @@ is($n1->safe_psql('postgres', 'SELECT count(*) FROM (SELECT pgrac_ic_ping(2) FRO
 my ($rpcs1, $direct1) = split /:/, sent();
 is($rpcs1 - $rpcs0, 20, 'node 1 counted 20 RPCs to node 2');
 
-if ($c->tier ne 'tier3')
 {
-	is($direct1 - $direct0, 0, "at $c->{tier} no RPC takes a requester lane");
-}
-
-SKIP:
-{
-	skip 'requester lanes are tier3 only', 15
-	  unless $c->on_tier('tier3', 'on verbs every RPC takes the listeners');
 	is($direct1 - $direct0, 20, '... all 20 on a requester lane');
 	my ($served) = split /:/, served();
 	cmp_ok($served, '>=', 20, 'node 2 counted them as served on requester lanes');

@@ -1,4 +1,5 @@
-// Requester lanes, the backend's side (requester_path.hpp). The lanes live as
+// Requester lanes, the backend's side (requester_path.hpp): a TCP socket at
+// tier3, a queue pair of the process's own on the verbs tiers. The lanes live as
 // long as the process; everything C++ here runs inside guarded() and holds no
 // PostgreSQL resource, so an interrupt is handled by the caller afterwards.
 extern "C" {
@@ -9,6 +10,7 @@ extern "C" {
 #include "storage/pmsignal.h"
 }
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -19,10 +21,14 @@ extern "C" {
 #include "ic/atomics.hpp"
 #include "ic/handshake.hpp"
 #include "ic/requester_lane.hpp"
+#include "ic/transport_lane.hpp"
 #include "pg_boundary.hpp"
 #include "pgrac_ic/pgrac_ic.h"
 #include "shmem.hpp"
+#include "tier_startup.hpp"
 #include "tiers/tier.hpp"
+#include "tiers/verbs_transport.hpp"
+#include "verbs_glue.hpp"
 
 using namespace pgrac::ic;
 
@@ -37,7 +43,7 @@ constexpr uint64_t kRetryAfterNs = 1000ull * 1000 * 1000;
 constexpr uint64_t kRetryAfterRefusalNs = 10 * kRetryAfterNs;
 
 struct NodeLane {
-    std::unique_ptr<RequesterLane> lane;
+    std::unique_ptr<RequesterLaneBase> lane;
     uint64_t incarnation = 0;  // ours when it was opened
     uint64_t retry_after_ns = 0;
     bool one_way_sent = false;
@@ -104,12 +110,52 @@ uint64_t now_ns() {
     return monotonic_ns();
 }
 
+bool on_verbs(IcShared* shm) {
+    const uint32_t t = load_acquire(&shm->tier_active);
+    return t == static_cast<uint32_t>(tiers::Tier::Tier1) ||
+           t == static_cast<uint32_t>(tiers::Tier::Tier2);
+}
+
+// A verbs lane's own transport: the listener's device and port, and as little
+// as one RPC at a time needs (a few slots of normal pages, a small CQ, no
+// XRC), so that a backend pins well under a megabyte per peer.
+std::unique_ptr<tiers::Transport> make_lane_transport(tiers::TransportHandler& h,
+                                                      uint64_t deadline_ns, std::string* error) {
+    tiers::VerbsOptions o = verbs_options(decided_device(), decided_port());
+    o.cq_depth = 16;
+    o.use_xrc = tiers::XrcMode::kOff;
+    o.hugepage_size = 0;
+    o.numa_bind = false;
+    o.send_slots = 2;
+    o.recv_slots = 4;
+    o.qp_send_depth = 4;
+    o.mr_cache_entries = 1;
+    o.zero_copy_min = 0;
+    const uint64_t now = now_ns();
+    o.connect_timeout_ms = static_cast<int>(
+        std::max<uint64_t>(1, deadline_ns > now ? (deadline_ns - now) / 1000000 : 1));
+    return tiers::make_verbs_transport(h, o, error);
+}
+
+std::unique_ptr<RequesterLaneBase> make_lane(IcShared* shm, int node, const NodeAddress& addr,
+                                             uint64_t deadline_ns) {
+    if (!on_verbs(shm))
+        return std::make_unique<RequesterLane>(identity(shm), static_cast<uint16_t>(node),
+                                               addr.host, addr.port);
+    return std::make_unique<TransportRequesterLane>(
+        identity(shm), static_cast<uint16_t>(node), addr.host, addr.port,
+        [deadline_ns](tiers::TransportHandler& h, std::string* error) {
+            return make_lane_transport(h, deadline_ns, error);
+        });
+}
+
 }  // namespace
 
 bool requester_lane_usable(IcShared* shm, int node) noexcept {
     if (!pgrac_requester_lanes || node == pgrac_node_id || node < 1 || node > kMaxNodes)
         return false;
-    if (load_acquire(&shm->tier_active) != static_cast<uint32_t>(tiers::Tier::Tier3)) return false;
+    const uint32_t tier = load_acquire(&shm->tier_active);
+    if (tier != static_cast<uint32_t>(tiers::Tier::Tier3) && !on_verbs(shm)) return false;
     const PeerShared* p = peer_shared(shm, static_cast<uint32_t>(node));
     if (p == nullptr || load_relaxed(&p->state) != static_cast<uint32_t>(PeerState::Up))
         return false;
@@ -154,8 +200,7 @@ void requester_rpc(IcShared* shm, int node, const MessageHeader& mh, uint16_t fr
                     for (const NodeAddress& a : nodes)
                         if (a.node_id == node) addr = &a;
                     if (p == nullptr || addr == nullptr) return;
-                    nl.lane = std::make_unique<RequesterLane>(
-                        identity(shm), static_cast<uint16_t>(node), addr->host, addr->port);
+                    nl.lane = make_lane(shm, node, *addr, deadline_ns);
                     nl.incarnation = incarnation;
                     const auto opened = nl.lane->open(deadline_ns, must_stop, &why);
                     if (opened != RequesterLane::Result::Ok) {

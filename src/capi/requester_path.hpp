@@ -1,6 +1,7 @@
-// Requester lanes, the backend's side: pgrac_ic_rpc() to another node on
-// tier3 goes over a connection of this process's own to that node's listener
-// (ic/requester_lane.hpp) when it may, and through the listeners otherwise.
+// Requester lanes, the backend's side: pgrac_ic_rpc() to another node goes
+// over a connection of this process's own to that node's listener (a TCP
+// socket, ic/requester_lane.hpp; on the verbs tiers a queue pair,
+// ic/transport_lane.hpp) when it may, and through the listeners otherwise.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +22,7 @@ struct RequesterOutcome {
 // May this process's next RPC to `node` take its own lane? Not to itself,
 // not while it has one-way messages to the node that could still be on the
 // way through the listeners (they would be overtaken), not right after its
-// lane failed, and only on tier3 with cluster.requester_lanes on.
+// lane failed, and only with cluster.requester_lanes on (any tier but stub).
 bool requester_lane_usable(pgrac::ic::IcShared* shm, int node) noexcept;
 
 // One RPC on the lane (opened first if needed). Never raises a PostgreSQL

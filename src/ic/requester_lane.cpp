@@ -40,6 +40,37 @@ class NoSessionPolicy : public HandshakePolicy {
 
 }  // namespace
 
+bool valid_lane_reply(const FrameHeader& h, const uint8_t* plain, uint32_t plain_len,
+                      uint16_t peer_node, uint32_t expected_seq, uint64_t rpc_id,
+                      std::string* why) {
+    MessageHeader mh;
+    if (h.type != FrameType::Message || !(h.flags & kFlagRpcReply) || h.src_node != peer_node ||
+        h.seq != expected_seq || plain_len < kMessageHeaderSize ||
+        decode_message_header(plain, plain_len, &mh) != FrameError::None || mh.rpc_id != rpc_id) {
+        *why = "unexpected frame from node " + std::to_string(peer_node) + " on a requester lane";
+        return false;
+    }
+    return true;
+}
+
+void build_lane_request(FrameGuard& guard, uint16_t src_node, const uint8_t* payload, uint32_t len,
+                        uint16_t flags, uint32_t seq, uint32_t ack, std::vector<uint8_t>* frame) {
+    FrameHeader h;
+    h.type = FrameType::Message;
+    h.flags = static_cast<uint16_t>(flags | kFlagRpcRequest);
+    h.src_node = src_node;
+    h.payload_len = len;
+    h.seq = seq;
+    h.ack = ack;
+    if (guard.mode() == WireProtection::Crc) {
+        frame->resize(kFrameHeaderSize + len);
+        encode_frame_header(h, payload, frame->data());
+        std::memcpy(frame->data() + kFrameHeaderSize, payload, len);
+    } else {
+        guard.seal(h, payload, len, frame);
+    }
+}
+
 RequesterLane::RequesterLane(LocalIdentity local, uint16_t peer_node, std::string host,
                              uint16_t port)
     : local_(std::move(local)), peer_node_(peer_node), host_(std::move(host)), port_(port) {}
@@ -208,20 +239,7 @@ RequesterLane::Result RequesterLane::call(const uint8_t* payload, uint32_t len, 
     if (::poll(&idle, 1, 0) != 0)
         return fail(Result::Failed, "node " + std::to_string(peer_node_) + " closed the lane",
                     error);
-    FrameHeader h;
-    h.type = FrameType::Message;
-    h.flags = static_cast<uint16_t>(flags | kFlagRpcRequest);
-    h.src_node = local_.node_id;
-    h.payload_len = len;
-    h.seq = ++sent_;
-    h.ack = received_;
-    if (guard_->mode() == WireProtection::Crc) {
-        frame_.resize(kFrameHeaderSize + len);
-        encode_frame_header(h, payload, frame_.data());
-        std::memcpy(frame_.data() + kFrameHeaderSize, payload, len);
-    } else {
-        guard_->seal(h, payload, len, &frame_);
-    }
+    build_lane_request(*guard_, local_.node_id, payload, len, flags, ++sent_, received_, &frame_);
     // From the first byte on the peer may run it: *sent says so.
     Result r = write_all(frame_.data(), frame_.size(), deadline_ns, interrupted, error, sent);
     if (r != Result::Ok) return r;
@@ -236,14 +254,9 @@ RequesterLane::Result RequesterLane::call(const uint8_t* payload, uint32_t len, 
             Result::Failed,
             "reply from node " + std::to_string(peer_node_) + " failed its authentication tag",
             error);
-    MessageHeader mh;
-    if (rh.type != FrameType::Message || !(rh.flags & kFlagRpcReply) || rh.src_node != peer_node_ ||
-        rh.seq != received_ + 1 || plain_len < kMessageHeaderSize ||
-        decode_message_header(plain, plain_len, &mh) != FrameError::None || mh.rpc_id != rpc_id)
-        return fail(
-            Result::Failed,
-            "unexpected frame from node " + std::to_string(peer_node_) + " on a requester lane",
-            error);
+    std::string why;
+    if (!valid_lane_reply(rh, plain, plain_len, peer_node_, received_ + 1, rpc_id, &why))
+        return fail(Result::Failed, why, error);
     received_ = rh.seq;
     reply->assign(plain, plain + plain_len);
     return Result::Ok;

@@ -24,29 +24,57 @@
 
 namespace pgrac::ic {
 
-class RequesterLane {
+// What a requester lane does, whatever carries it: RequesterLane below on
+// TCP sockets, TransportRequesterLane (transport_lane.hpp) on a transport of
+// the process's own (the verbs tiers).
+class RequesterLaneBase {
   public:
     enum class Result { Ok, Timeout, Interrupted, Failed };
     using InterruptCheck = bool (*)();
 
+    virtual ~RequesterLaneBase() = default;
+
+    // Connects and authenticates. Nothing but the handshake is sent.
+    virtual Result open(uint64_t deadline_ns, InterruptCheck interrupted, std::string* error) = 0;
+    virtual bool is_open() const = 0;
+    virtual void close() = 0;
+
+    // One RPC: payload is the message header and body. Polls for the reply
+    // for up to spin_ns, then sleeps. Ok: *reply holds the reply's message
+    // header and body. Otherwise the lane is closed, and *sent tells whether
+    // the request may have run.
+    virtual Result call(const uint8_t* payload, uint32_t len, uint16_t flags, uint64_t rpc_id,
+                        uint64_t spin_ns, uint64_t deadline_ns, InterruptCheck interrupted,
+                        std::vector<uint8_t>* reply, bool* sent, std::string* error) = 0;
+};
+
+// Checks a reply frame, already opened (plain, plain_len), against the request
+// it answers; false names why in *why.
+bool valid_lane_reply(const FrameHeader& h, const uint8_t* plain, uint32_t plain_len,
+                      uint16_t peer_node, uint32_t expected_seq, uint64_t rpc_id, std::string* why);
+
+// The request frame of an RPC on a lane: header, then the payload in the
+// clear (crc) or sealed (mac, secure), into *frame.
+void build_lane_request(FrameGuard& guard, uint16_t src_node, const uint8_t* payload, uint32_t len,
+                        uint16_t flags, uint32_t seq, uint32_t ack, std::vector<uint8_t>* frame);
+
+class RequesterLane final : public RequesterLaneBase {
+  public:
     RequesterLane(LocalIdentity local, uint16_t peer_node, std::string host, uint16_t port);
-    ~RequesterLane();
+    ~RequesterLane() override;
     RequesterLane(const RequesterLane&) = delete;
     RequesterLane& operator=(const RequesterLane&) = delete;
 
-    // Connects and authenticates. Nothing but the handshake is sent.
-    Result open(uint64_t deadline_ns, InterruptCheck interrupted, std::string* error);
-    bool is_open() const { return fd_ >= 0 && guard_ != nullptr; }
+    Result open(uint64_t deadline_ns, InterruptCheck interrupted, std::string* error) override;
+    bool is_open() const override { return fd_ >= 0 && guard_ != nullptr; }
     int fd() const { return fd_; }  // tests write what a hostile requester would
-    void close();
+    void close() override;
 
-    // One RPC: payload is the message header and body. Polls for the reply
-    // for up to spin_ns (sched_yield between looks), then sleeps in poll().
-    // Ok: *reply holds the reply's message header and body. Otherwise the
-    // lane is closed, and *sent tells whether the request may have run.
+    // Polls for the reply for up to spin_ns (sched_yield between looks), then
+    // sleeps in poll().
     Result call(const uint8_t* payload, uint32_t len, uint16_t flags, uint64_t rpc_id,
                 uint64_t spin_ns, uint64_t deadline_ns, InterruptCheck interrupted,
-                std::vector<uint8_t>* reply, bool* sent, std::string* error);
+                std::vector<uint8_t>* reply, bool* sent, std::string* error) override;
 
   private:
     // Checks the deadline and interrupts, then waits once for fd_ (a poll() of

@@ -79,6 +79,10 @@ class Transport {
     virtual int wait_fd() const = 0;
     // Does all work that is ready, waiting up to timeout_ms (0 = don't wait).
     virtual void poll(int timeout_ms) = 0;
+    // As poll(0), but also looks at what a busy-polling poll(0) may defer to
+    // a later call (the verbs tier's connection events): a caller that polls
+    // once before it decides uses this.
+    virtual void poll_now() { poll(0); }
     // Largest frame payload the transport carries.
     virtual uint32_t max_payload() const = 0;
     virtual TransportCounters counters() const = 0;

@@ -574,6 +574,11 @@ void VerbsTransport::poll(int timeout_ms) {
     });
 }
 
+void VerbsTransport::poll_now() {
+    quick_polls_ = kQuickPolls - 1;  // this pass waits on the fds too (with 0)
+    poll(0);
+}
+
 TransportCounters VerbsTransport::counters() const {
     TransportCounters c = counters_;
     if (mr_cache_) {

@@ -106,6 +106,7 @@ class VerbsTransport final : public Transport {
     void close(ConnId conn) override;
     int wait_fd() const override { return loop_.fd(); }
     void poll(int timeout_ms) override;
+    void poll_now() override;
     uint32_t max_payload() const override { return max_payload_; }
     TransportCounters counters() const override;
 

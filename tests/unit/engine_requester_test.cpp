@@ -1,13 +1,17 @@
 // Requester lanes: a process's own connection to a peer's listener. Its
 // requests are served (in place or by an LMS worker) and answered on it; a
 // stale request never runs after a newer one of the same process; frames other
-// than requests, and lanes of a node that is not UP, are refused.
+// than requests, and lanes of a node that is not UP, are refused. Each case
+// runs with both kinds of lane: a TCP socket (RequesterLane) and a transport of
+// the lane's own (TransportRequesterLane, here over the TCP transport; the
+// verbs tiers run it over a queue pair, t/029 in the soft-RoCE VM).
 #include <atomic>
 #include <unistd.h>
 #include <thread>
 
 #include "engine_fixture.hpp"
 #include "ic/requester_lane.hpp"
+#include "ic/transport_lane.hpp"
 
 namespace pgrac::ic::enginetest {
 namespace {
@@ -39,6 +43,8 @@ void serve_rpcs_in_place(EngineConfig& c) {
 
 class RequesterTest : public EngineTest {
   protected:
+    using Result = RequesterLaneBase::Result;
+
     // Runs f on a thread of its own (the lane blocks) while the engines run.
     template <typename F>
     void with_engines(F f) {
@@ -52,7 +58,7 @@ class RequesterTest : public EngineTest {
     }
     // Two nodes up (node 2 serving kRpcType in place unless told otherwise),
     // and node 1's lane to node 2 opened.
-    std::unique_ptr<RequesterLane> up_with_lane(bool in_place = true) {
+    std::unique_ptr<RequesterLaneBase> up_with_lane(bool in_place = true) {
         if (in_place)
             make(2, serve_rpcs_in_place);
         else
@@ -60,23 +66,34 @@ class RequesterTest : public EngineTest {
         bring_up();
         auto lane = lane_to(1, 2);
         std::string err;
-        EXPECT_EQ(open(*lane, &err), RequesterLane::Result::Ok) << err;
+        EXPECT_EQ(open(*lane, &err), Result::Ok) << err;
         return lane;
     }
-    std::unique_ptr<RequesterLane> lane_to(uint16_t from, uint16_t to) {
+    // tweak may change the requester's identity (a wrong key, another instance).
+    std::unique_ptr<RequesterLaneBase> lane_to(
+        uint16_t from, uint16_t to, const std::function<void(LocalIdentity&)>& tweak = {}) {
         EngineConfig c = make_config(from, addrs_);
+        if (tweak) tweak(c.identity);
         const NodeAddress& a = addrs_[to - 1];
-        return std::make_unique<RequesterLane>(c.identity, to, a.host, a.port);
+        if (!over_transport_)
+            return std::make_unique<RequesterLane>(c.identity, to, a.host, a.port);
+        return std::make_unique<TransportRequesterLane>(
+            c.identity, to, a.host, a.port,
+            [](tiers::TransportHandler& h, std::string*) -> std::unique_ptr<tiers::Transport> {
+                tiers::TcpOptions o;
+                o.initial_max_payload = kMaxHandshakePayload;
+                return tiers::make_tcp_transport(h, o);
+            });
     }
-    RequesterLane::Result open(RequesterLane& l, std::string* err) {
-        RequesterLane::Result r = RequesterLane::Result::Failed;
+    Result open(RequesterLaneBase& l, std::string* err) {
+        Result r = Result::Failed;
         with_engines([&] { r = l.open(now_ns() + 5000000000ull, nullptr, err); });
         return r;
     }
-    RequesterLane::Result call(RequesterLane& l, uint64_t rpc_id, const std::vector<uint8_t>& body,
-                               std::vector<uint8_t>* reply, bool* sent, std::string* err,
-                               uint64_t timeout_ns = 5000000000ull) {
-        RequesterLane::Result r = RequesterLane::Result::Failed;
+    Result call(RequesterLaneBase& l, uint64_t rpc_id, const std::vector<uint8_t>& body,
+                std::vector<uint8_t>* reply, bool* sent, std::string* err,
+                uint64_t timeout_ns = 5000000000ull) {
+        Result r = Result::Failed;
         const auto req = request(rpc_id, body);
         with_engines([&] {
             r = l.call(req.data(), static_cast<uint32_t>(req.size()), 0, rpc_id, 0,
@@ -84,9 +101,23 @@ class RequesterTest : public EngineTest {
         });
         return r;
     }
+
+    bool over_transport_ = false;
 };
 
-TEST_F(RequesterTest, RequestsAreServedInPlaceAndAnsweredOnTheLane) {
+// The cases that hold for both kinds of lane: false = a TCP socket of the
+// lane's own, true = a transport of its own.
+class LaneKinds : public RequesterTest, public ::testing::WithParamInterface<bool> {
+  protected:
+    void SetUp() override { over_transport_ = GetParam(); }
+};
+
+INSTANTIATE_TEST_SUITE_P(Lanes, LaneKinds, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& i) {
+                             return i.param ? std::string("Transport") : std::string("Socket");
+                         });
+
+TEST_P(LaneKinds, RequestsAreServedInPlaceAndAnsweredOnTheLane) {
     auto lane = up_with_lane();
     TestNode& b = node(2);
     std::string err;
@@ -95,9 +126,7 @@ TEST_F(RequesterTest, RequestsAreServedInPlaceAndAnsweredOnTheLane) {
         const auto body = pattern(64 + 400 * i, i);
         std::vector<uint8_t> reply;
         bool sent = false;
-        ASSERT_EQ(call(*lane, make_rpc_id(3, i), body, &reply, &sent, &err),
-                  RequesterLane::Result::Ok)
-            << err;
+        ASSERT_EQ(call(*lane, make_rpc_id(3, i), body, &reply, &sent, &err), Result::Ok) << err;
         ASSERT_GE(reply.size(), kMessageHeaderSize);
         EXPECT_EQ(std::vector<uint8_t>(reply.begin() + kMessageHeaderSize, reply.end()), body);
     }
@@ -110,19 +139,36 @@ TEST_F(RequesterTest, RequestsAreServedInPlaceAndAnsweredOnTheLane) {
     EXPECT_TRUE(pump([&] { return load_relaxed(&b.peer(1).requester_lanes) == 0; }));
 }
 
-TEST_F(RequesterTest, RequestsAnLmsWorkerServesAreAnsweredOnTheLane) {
+TEST_P(LaneKinds, RequestsAnLmsWorkerServesAreAnsweredOnTheLane) {
     auto lane = up_with_lane(false);
     std::string err;
     std::vector<uint8_t> reply;
     bool sent = false;
     const auto body = pattern(8192, 9);
-    ASSERT_EQ(call(*lane, make_rpc_id(4, 1), body, &reply, &sent, &err), RequesterLane::Result::Ok)
-        << err;
+    ASSERT_EQ(call(*lane, make_rpc_id(4, 1), body, &reply, &sent, &err), Result::Ok) << err;
     EXPECT_EQ(std::vector<uint8_t>(reply.begin() + kMessageHeaderSize, reply.end()), body);
     EXPECT_EQ(node(2).received.size(), 1u) << "an LMS worker took it";
 }
 
-TEST_F(RequesterTest, AStaleRequestNeverRunsAfterANewerOneOfItsProcess) {
+TEST_P(LaneKinds, ALaneThePeerClosedBetweenRpcsSendsNothingOnIt) {
+    auto lane = up_with_lane();
+    std::string err;
+    std::vector<uint8_t> reply;
+    bool sent = false;
+    ASSERT_EQ(call(*lane, make_rpc_id(6, 1), pattern(16, 1), &reply, &sent, &err), Result::Ok)
+        << err;
+    // Node 2's listener crashes and comes back: the lane's connection is gone.
+    ASSERT_TRUE(node(2).restart(5555, &err)) << err;
+    const size_t served = node(2).served_in_place.size();
+    pump([] { return false; }, std::chrono::milliseconds(200));  // the close reaches the lane
+    EXPECT_EQ(call(*lane, make_rpc_id(6, 2), pattern(16, 2), &reply, &sent, &err), Result::Failed);
+    EXPECT_FALSE(sent) << "nothing is written on a lane the peer closed";
+    EXPECT_NE(err.find("closed the lane"), std::string::npos) << err;
+    EXPECT_FALSE(lane->is_open());
+    EXPECT_EQ(node(2).served_in_place.size(), served);
+}
+
+TEST_P(LaneKinds, AStaleRequestNeverRunsAfterANewerOneOfItsProcess) {
     make(2, serve_rpcs_in_place);
     bring_up();
     TestNode& b = node(2);
@@ -132,17 +178,17 @@ TEST_F(RequesterTest, AStaleRequestNeverRunsAfterANewerOneOfItsProcess) {
     // ... then an older one of the same slot on a requester lane: voided.
     auto lane = lane_to(1, 2);
     std::string err;
-    ASSERT_EQ(open(*lane, &err), RequesterLane::Result::Ok) << err;
+    ASSERT_EQ(open(*lane, &err), Result::Ok) << err;
     const uint64_t voided_before = load_relaxed(&b.peer(1).requests_voided);
     bool sent = false;
     EXPECT_EQ(call(*lane, make_rpc_id(3, 0), pattern(64, 2), &reply, &sent, &err, 300000000ull),
-              RequesterLane::Result::Timeout);
+              Result::Timeout);
     EXPECT_TRUE(sent);
     EXPECT_EQ(load_relaxed(&b.peer(1).requests_voided), voided_before + 1);
     EXPECT_EQ(b.served_in_place.size(), 1u) << "only the newer request ran";
 }
 
-TEST_F(RequesterTest, AFrameThatIsNotARequestDropsTheLane) {
+TEST_P(LaneKinds, AFrameThatIsNotARequestDropsTheLane) {
     auto lane = up_with_lane();
     TestNode& b = node(2);
     std::string err;
@@ -150,45 +196,43 @@ TEST_F(RequesterTest, AFrameThatIsNotARequestDropsTheLane) {
     // A reply-flagged frame where only requests may come.
     std::vector<uint8_t> reply;
     bool sent = false;
-    RequesterLane::Result r = RequesterLane::Result::Ok;
+    RequesterLane::Result r = Result::Ok;
     const auto req = request(make_rpc_id(5, 1), pattern(32, 3));
     with_engines([&] {
         r = lane->call(req.data(), static_cast<uint32_t>(req.size()), kFlagRpcReply,
                        make_rpc_id(5, 1), 0, now_ns() + 2000000000ull, nullptr, &reply, &sent,
                        &err);
     });
-    EXPECT_NE(r, RequesterLane::Result::Ok);
+    EXPECT_NE(r, Result::Ok);
     EXPECT_FALSE(lane->is_open());
     EXPECT_TRUE(pump([&] { return b.errors(ErrorType::MalformedFrame) > malformed; }));
     EXPECT_EQ(b.served_in_place.size(), 0u);
     EXPECT_EQ(b.state_of(1), PeerState::Up) << "the peer lanes are untouched";
 }
 
-TEST_F(RequesterTest, AWrongKeyIsRefused) {
+TEST_P(LaneKinds, AWrongKeyIsRefused) {
     make(2, serve_rpcs_in_place);
     bring_up();
-    EngineConfig c = make_config(1, addrs_);
-    c.identity.key.assign(40, 'x');
-    RequesterLane lane(c.identity, 2, addrs_[1].host, addrs_[1].port);
+    auto lane = lane_to(1, 2, [](LocalIdentity& id) { id.key.assign(40, 'x'); });
     std::string err;
-    EXPECT_EQ(open(lane, &err), RequesterLane::Result::Failed);
-    EXPECT_FALSE(lane.is_open());
+    EXPECT_EQ(open(*lane, &err), Result::Failed);
+    EXPECT_FALSE(lane->is_open());
     EXPECT_EQ(load_relaxed(&node(2).peer(1).requester_lanes), 0u);
 }
 
-TEST_F(RequesterTest, ALaneFromAnotherIncarnationIsRefusedBeforeAnythingIsSent) {
+TEST_P(LaneKinds, ALaneFromAnotherIncarnationIsRefusedBeforeAnythingIsSent) {
     make(2, serve_rpcs_in_place);
     bring_up();
-    EngineConfig c = make_config(1, addrs_, 777);  // not the instance node 2 knows
-    RequesterLane lane(c.identity, 2, addrs_[1].host, addrs_[1].port);
+    // not the instance node 2 knows
+    auto lane = lane_to(1, 2, [](LocalIdentity& id) { id.incarnation = 777; });
     std::string err;
-    EXPECT_EQ(open(lane, &err), RequesterLane::Result::Failed);
+    EXPECT_EQ(open(*lane, &err), Result::Failed);
     EXPECT_NE(err.find("duplicate_node"), std::string::npos) << err;
-    EXPECT_FALSE(lane.is_open());
+    EXPECT_FALSE(lane->is_open());
     EXPECT_EQ(load_relaxed(&node(2).peer(1).requester_lanes), 0u);
 }
 
-TEST_F(RequesterTest, StaleMeansALittleBehindOrTheSameAgain) {
+TEST_P(LaneKinds, StaleMeansALittleBehindOrTheSameAgain) {
     auto lane = up_with_lane();
     TestNode& b = node(2);
     std::string err;
@@ -196,10 +240,10 @@ TEST_F(RequesterTest, StaleMeansALittleBehindOrTheSameAgain) {
     bool sent = false;
     auto ok = [&](uint32_t gen) {
         if (!lane->is_open()) {
-            EXPECT_EQ(open(*lane, &err), RequesterLane::Result::Ok) << err;
+            EXPECT_EQ(open(*lane, &err), Result::Ok) << err;
         }
         return call(*lane, make_rpc_id(9, gen), pattern(16, gen), &reply, &sent, &err,
-                    300000000ull) == RequesterLane::Result::Ok;
+                    300000000ull) == Result::Ok;
     };
     EXPECT_TRUE(ok(100000));
     EXPECT_FALSE(ok(100000)) << "the same request again is stale";
@@ -209,7 +253,7 @@ TEST_F(RequesterTest, StaleMeansALittleBehindOrTheSameAgain) {
     EXPECT_EQ(load_relaxed(&b.peer(1).requests_voided), 2u);
 }
 
-TEST_F(RequesterTest, ARequestFromNoPossibleProcessDropsTheLane) {
+TEST_P(LaneKinds, ARequestFromNoPossibleProcessDropsTheLane) {
     auto lane = up_with_lane();
     TestNode& b = node(2);
     std::string err;
@@ -217,7 +261,7 @@ TEST_F(RequesterTest, ARequestFromNoPossibleProcessDropsTheLane) {
     bool sent = false;
     EXPECT_NE(call(*lane, make_rpc_id(kMaxRpcSlots, 1), pattern(16, 1), &reply, &sent, &err,
                    2000000000ull),
-              RequesterLane::Result::Ok);
+              Result::Ok);
     EXPECT_TRUE(pump([&] { return load_relaxed(&b.peer(1).requester_lanes) == 0; }));
     EXPECT_EQ(b.served_in_place.size(), 0u);
 }
@@ -242,13 +286,14 @@ TEST_F(RequesterTest, ASecondRequestBeforeTheReplyDropsTheLane) {
         bytes.insert(bytes.end(), hdr, hdr + kFrameHeaderSize);
         bytes.insert(bytes.end(), req.begin(), req.end());
     }
-    ASSERT_EQ(::write(lane->fd(), bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+    ASSERT_EQ(::write(static_cast<RequesterLane&>(*lane).fd(), bytes.data(), bytes.size()),
+              static_cast<ssize_t>(bytes.size()));
     EXPECT_TRUE(pump([&] { return b.errors(ErrorType::MalformedFrame) > malformed; }));
     EXPECT_TRUE(pump([&] { return load_relaxed(&b.peer(1).requester_lanes) == 0; }));
     EXPECT_EQ(b.state_of(1), PeerState::Up) << "the peer lanes are untouched";
 }
 
-TEST_F(RequesterTest, AReplyDueToAClosedLaneIsDroppedNotSentOnThePeerLanes) {
+TEST_P(LaneKinds, AReplyDueToAClosedLaneIsDroppedNotSentOnThePeerLanes) {
     auto lane = up_with_lane();
     TestNode& a = node(1);
     TestNode& b = node(2);
@@ -257,7 +302,7 @@ TEST_F(RequesterTest, AReplyDueToAClosedLaneIsDroppedNotSentOnThePeerLanes) {
     std::vector<uint8_t> reply;
     bool sent = false;
     EXPECT_EQ(call(*lane, make_rpc_id(11, 1), pattern(16, 1), &reply, &sent, &err, 200000000ull),
-              RequesterLane::Result::Timeout);
+              Result::Timeout);
     EXPECT_TRUE(sent);
     EXPECT_TRUE(pump([&] { return load_relaxed(&b.peer(1).requester_lanes) == 0; }));
     const uint64_t sent_before = load_relaxed(&b.peer(1).msgs_sent);
