@@ -204,7 +204,16 @@ void requester_rpc(IcShared* shm, int node, const MessageHeader& mh, uint16_t fr
                     nl.incarnation = incarnation;
                     const auto opened = nl.lane->open(deadline_ns, must_stop, &why);
                     if (opened != RequesterLane::Result::Ok) {
-                        // Nothing sent: the listeners take this RPC.
+                        // Nothing sent: the listeners take this RPC. A refusal
+                        // by the peer is routine; a lane this process cannot
+                        // make (locked memory, the device) is worth a word.
+                        if (nl.lane->failed_locally()) {
+                            const std::string text = "requester lane to node " +
+                                                     std::to_string(node) + ": " + why +
+                                                     "; its RPCs take the listeners";
+                            shm->errors.add(ErrorType::ConnectFailed, Severity::Warning, node,
+                                            unix_time_us(), text.c_str());
+                        }
                         nl.lane.reset();
                         nl.retry_after_ns = now_ns() + kRetryAfterRefusalNs;
                         out->interrupted = opened == RequesterLane::Result::Interrupted;

@@ -38,6 +38,9 @@ class RequesterLaneBase {
     virtual Result open(uint64_t deadline_ns, InterruptCheck interrupted, std::string* error) = 0;
     virtual bool is_open() const = 0;
     virtual void close() = 0;
+    // The last open() failed here, not at the peer: a resource of this
+    // process (a transport that could not be made). The caller reports it.
+    virtual bool failed_locally() const { return false; }
 
     // One RPC: payload is the message header and body. Polls for the reply
     // for up to spin_ns, then sleeps. Ok: *reply holds the reply's message

@@ -143,7 +143,8 @@ TransportRequesterLane::Result TransportRequesterLane::open(uint64_t deadline_ns
     close();
     std::string err;
     transport_ = factory_(*this, &err);
-    if (transport_ == nullptr) return fail(Result::Failed, err, error);
+    failed_locally_ = transport_ == nullptr;
+    if (failed_locally_) return fail(Result::Failed, "its transport cannot be made: " + err, error);
     conn_ = transport_->connect(host_, port_, &err);
     if (conn_ == 0) return fail(Result::Failed, err, error);
     while (!connected_) {

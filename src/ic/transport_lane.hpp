@@ -39,6 +39,7 @@ class TransportRequesterLane final : public RequesterLaneBase, private tiers::Tr
     Result open(uint64_t deadline_ns, InterruptCheck interrupted, std::string* error) override;
     bool is_open() const override { return transport_ != nullptr && guard_ != nullptr && !gone_; }
     void close() override;
+    bool failed_locally() const override { return failed_locally_; }
     // Polls for the reply (the transport's poll(0), sched_yield between looks)
     // for up to spin_ns, then sleeps in the transport's poll().
     Result call(const uint8_t* payload, uint32_t len, uint16_t flags, uint64_t rpc_id,
@@ -76,6 +77,7 @@ class TransportRequesterLane final : public RequesterLaneBase, private tiers::Tr
     tiers::ConnId conn_ = 0;
     bool connected_ = false;
     bool gone_ = false;  // the connection failed or closed
+    bool failed_locally_ = false;
     std::string gone_why_;
     std::deque<Received> inbox_;
     std::unique_ptr<FrameGuard> guard_;
