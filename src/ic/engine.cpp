@@ -238,8 +238,8 @@ void Engine::route_outbound(uint16_t node, uint16_t flags, const uint8_t* payloa
     MessageHeader mh;
     decode_message_header(payload, len, &mh);
     const uint64_t frame_bytes = kFrameHeaderSize + len;
-    if ((flags & kFlagRpcReply) && !requester_replies_.empty() &&
-        reply_on_requester_lane(node, flags, mh, payload, len))
+    if ((flags & kFlagRpcReply) && !replies_due_.empty() &&
+        route_due_reply(node, flags, mh, payload, len))
         return;
     if (node == cfg_.identity.node_id) {
         // To ourselves: no wire, but the same counters as a peer's traffic.
@@ -438,6 +438,8 @@ void Engine::on_message(Peer& p, int lane, tiers::ConnId conn, const FrameHeader
             count(&p.shm->requests_voided);  // its caller has moved on: never run
             return;
         }
+        if ((h.flags & kFlagRpcRequest) && !expect_reply(p.addr.node_id, mh.rpc_id, kViaPeerLanes))
+            return;
         if (h.flags & kFlagRpcRequest) count(&p.shm->rpcs_served);
         deliver_to_lms(p.addr.node_id, h.flags, payload, h.payload_len);
         if (overflow_bytes_ >= kBackoffAtBytes) signal_backoff(p);

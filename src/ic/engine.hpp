@@ -197,10 +197,17 @@ class Engine final : public tiers::TransportHandler, public HandshakePolicy {
     void establish_requester(tiers::ConnId id, Conn& c, Peer& p, const PeerIdentity& pid);
     void on_requester_frame(tiers::ConnId id, Conn& c, Peer& p, const FrameHeader& h,
                             const uint8_t* payload);
-    // A reply to a request that came on a requester lane goes back on it:
-    // true if it was one (sent, or dropped with its lane gone).
-    bool reply_on_requester_lane(uint16_t node, uint16_t flags, const MessageHeader& mh,
-                                 const uint8_t* payload, uint32_t len);
+    // A reply leaving for a peer, checked against replies_due_: one to a
+    // request of a requester lane goes back on it, one whose requester is
+    // gone (its lane closed, its node DOWN or restarted) is dropped; true if
+    // either was done. False: the peer lanes carry it.
+    bool route_due_reply(uint16_t node, uint16_t flags, const MessageHeader& mh,
+                         const uint8_t* payload, uint32_t len);
+    // Records that a request of `node` awaits its reply (on conn, or
+    // kViaPeerLanes); false if the same id still awaits one for the node's
+    // previous instance: the request must not run (its reply could not be
+    // told from the old one).
+    bool expect_reply(uint16_t node, uint64_t rpc_id, tiers::ConnId conn);
     void close_requester_lanes(int peer);
     void forget_requester_lane(tiers::ConnId id);
     // The node restarted or is DOWN: its processes' requests start afresh.
@@ -298,9 +305,11 @@ class Engine final : public tiers::TransportHandler, public HandshakePolicy {
     std::vector<int> peer_index_;  // node id -> index in peers_, or -1
     std::unordered_map<tiers::ConnId, Conn> conns_;
     std::unordered_map<uint32_t, Outstanding> outstanding_;  // by reply slot
-    // Requests taken from requester lanes, until their reply leaves: the
-    // lane each came on, by (source node, rpc_id).
-    std::map<std::pair<uint16_t, uint64_t>, tiers::ConnId> requester_replies_;
+    // Requests taken from peers, until their reply leaves, by (source node,
+    // rpc_id): the requester lane each came on, kViaPeerLanes, or 0 when the
+    // requester is gone and the reply is to be dropped.
+    static constexpr tiers::ConnId kViaPeerLanes = ~tiers::ConnId{0};
+    std::map<std::pair<uint16_t, uint64_t>, tiers::ConnId> replies_due_;
     // Newest RPC generation seen per (node, requesting process's slot).
     std::unordered_map<uint64_t, uint32_t> newest_rpc_;
     std::vector<std::deque<std::vector<uint8_t>>> overflow_;  // per LMS worker

@@ -94,14 +94,7 @@ void Engine::on_requester_frame(tiers::ConnId id, Conn& c, Peer& p, const FrameH
         count(&p.shm->requests_voided);
         return;
     }
-    // The same id still awaiting its reply can only be an earlier instance's
-    // request (the node restarted): this one is refused rather than risk
-    // the old reply reaching it.
-    auto [entry, fresh] = requester_replies_.emplace(std::make_pair(p.addr.node_id, mh.rpc_id), id);
-    if (!fresh) {
-        report(ErrorType::PeerReset, Severity::Warning, p.addr.node_id,
-               "request " + std::to_string(mh.rpc_id) + from +
-                   " has the id of one whose reply is still due; lane closed");
+    if (!expect_reply(p.addr.node_id, mh.rpc_id, id)) {
         close_conn(id);
         return;
     }
@@ -111,16 +104,32 @@ void Engine::on_requester_frame(tiers::ConnId id, Conn& c, Peer& p, const FrameH
     deliver_to_lms(p.addr.node_id, h.flags, payload, h.payload_len);
 }
 
-bool Engine::reply_on_requester_lane(uint16_t node, uint16_t flags, const MessageHeader& mh,
-                                     const uint8_t* payload, uint32_t len) {
-    auto it = requester_replies_.find({node, mh.rpc_id});
-    if (it == requester_replies_.end()) return false;
+bool Engine::expect_reply(uint16_t node, uint64_t rpc_id, tiers::ConnId conn) {
+    // The same id still awaiting its reply can only be an earlier instance's
+    // request (the node restarted and numbers its processes' RPCs afresh; a
+    // live one's same id again is stale, stale_request()): this one does not
+    // run, rather than risk the old reply reaching it.
+    if (replies_due_.emplace(std::make_pair(node, rpc_id), conn).second) return true;
+    if (Peer* p = peer_by_node(node)) count(&p->shm->requests_voided);
+    report(ErrorType::PeerReset, Severity::Warning, node,
+           "request " + std::to_string(rpc_id) + " of node " + std::to_string(node) +
+               " has the id of one of its previous instance whose reply is still due; " +
+               (conn == kViaPeerLanes ? "dropped (its caller times out)" : "its lane closed"));
+    return false;
+}
+
+bool Engine::route_due_reply(uint16_t node, uint16_t flags, const MessageHeader& mh,
+                             const uint8_t* payload, uint32_t len) {
+    auto it = replies_due_.find({node, mh.rpc_id});
+    if (it == replies_due_.end()) return false;
     const tiers::ConnId id = it->second;
-    requester_replies_.erase(it);
+    replies_due_.erase(it);
+    if (id == kViaPeerLanes) return false;
     release_queued(node, 1, kFrameHeaderSize + len);
     auto ci = conns_.find(id);
-    // Its requester gave up and closed the lane (id 0 marks that): dropped
-    // here, not sent over the peer lanes, where no one waits for it.
+    // Its requester is gone (id 0 marks that: its lane closed, or its node
+    // went DOWN or restarted): dropped here, not sent over the peer lanes,
+    // where a new instance's RPC of the same id could take it.
     if (id == 0 || ci == conns_.end() || !ci->second.requester) return true;
     Conn& c = ci->second;
     c.req_pending = false;
@@ -149,7 +158,7 @@ void Engine::close_requester_lanes(int peer) {
 void Engine::forget_requester_lane(tiers::ConnId id) {
     // The replies still due (an LMS worker has the request) are dropped when
     // they come: the lane's entries stay, marked with no connection.
-    for (auto& [key, conn] : requester_replies_)
+    for (auto& [key, conn] : replies_due_)
         if (conn == id) conn = 0;
 }
 
@@ -157,7 +166,7 @@ void Engine::forget_requests_of(uint16_t node) {
     // Replies still due (held in place or queued at an LMS worker) are dropped
     // when they come: their requester is gone, and over the peer lanes they
     // could meet an RPC of the node's next instance with the same rpc_id.
-    for (auto& [key, conn] : requester_replies_)
+    for (auto& [key, conn] : replies_due_)
         if (key.first == node) conn = 0;
     for (auto it = newest_rpc_.begin(); it != newest_rpc_.end();)
         it = (it->first >> 32) == node ? newest_rpc_.erase(it) : std::next(it);

@@ -313,5 +313,36 @@ TEST_P(LaneKinds, AReplyDueToAClosedLaneIsDroppedNotSentOnThePeerLanes) {
     EXPECT_EQ(a.errors(ErrorType::WrongSource), 0u);
 }
 
+// Over the peer lanes: node 1 restarts while node 2 still holds one of its
+// requests, and its new instance numbers its RPCs afresh, so that its first
+// RPC has the old one's id. The old reply must not complete it, and the new
+// request must not run while its reply could not be told from the old one.
+TEST_F(RequesterTest, AReplyDueToARestartedNodeNeverReachesItsNewInstance) {
+    make(2, serve_rpcs_in_place);
+    bring_up();
+    TestNode& b = node(2);
+    b.owner_serves = false;  // node 2 holds the request
+    const uint64_t old_id = node(1).start_rpc(2, 1, 5, pattern(16, 1));
+    ASSERT_NE(old_id, 0u);
+    ASSERT_TRUE(pump([&] { return load_relaxed(&b.peer(1).rpcs_served) == 1; }));
+    std::string err;
+    ASSERT_TRUE(node(1).restart(5555, &err)) << err;
+    bring_up();
+    TestNode& a = node(1);
+    const uint64_t voided = load_relaxed(&b.peer(1).requests_voided);
+    const uint64_t new_id = a.start_rpc(2, 1, 5, pattern(16, 2));
+    ASSERT_EQ(new_id, old_id) << "the case: the new instance reuses the id";
+    EXPECT_TRUE(pump([&] { return load_relaxed(&b.peer(1).requests_voided) > voided; }))
+        << "the new request is dropped while the old reply is due";
+    b.owner_serves = true;  // the old request runs now; its reply is due to no one
+    EXPECT_TRUE(pump([&] { return b.served_in_place.size() == 1; }));
+    pump([] { return false; }, std::chrono::milliseconds(300));
+    EXPECT_FALSE(a.rpc_done(1)) << "the old reply completed the new instance's RPC";
+    EXPECT_EQ(b.served_in_place.size(), 1u) << "the new request did not run";
+    // The next RPC of the slot has a new id and works.
+    std::vector<uint8_t> reply;
+    EXPECT_EQ(rpc(1, 2, pattern(16, 3), &reply, 2), PGRAC_IC_OK);
+}
+
 }  // namespace
 }  // namespace pgrac::ic::enginetest
