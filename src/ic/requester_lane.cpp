@@ -16,15 +16,6 @@ namespace pgrac::ic {
 
 namespace {
 
-uint64_t now_ns() {
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
-
-// Longest single sleep: interrupts are looked at at least this often.
-constexpr int kSliceMs = 10;
-
 // The dialer's side of the handshake policy: a requester lane offers no
 // session and takes any instance the listener would.
 class NoSessionPolicy : public HandshakePolicy {
@@ -38,7 +29,62 @@ class NoSessionPolicy : public HandshakePolicy {
     }
 };
 
+// Longest single sleep: interrupts are looked at at least this often.
+constexpr uint64_t kSliceMs = 10;
+
 }  // namespace
+
+namespace lane {
+
+uint64_t now_ns() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+int sleep_ms(uint64_t now_ns, uint64_t deadline_ns) {
+    const uint64_t left = deadline_ns > now_ns ? (deadline_ns - now_ns) / 1000000 + 1 : 1;
+    return static_cast<int>(std::min(left, kSliceMs));
+}
+
+RequesterLaneBase::Result dial(const LocalIdentity& local, uint16_t peer_node,
+                               const std::string& host, const SendFrame& send,
+                               const NextFrame& next, PeerIdentity* peer, std::string* error) {
+    using Result = RequesterLaneBase::Result;
+    NoSessionPolicy policy;
+    Handshake hs(Handshake::Role::Dialer, local, policy, peer_node, host, kRequesterLane);
+    std::vector<HandshakeOutput> out = hs.start();
+    std::vector<uint8_t> frame;
+    for (;;) {
+        for (const HandshakeOutput& o : out) {
+            FrameHeader h;
+            h.type = o.type;
+            h.src_node = local.node_id;
+            h.payload_len = static_cast<uint32_t>(o.payload.size());
+            frame.resize(kFrameHeaderSize + o.payload.size());
+            encode_frame_header(h, o.payload.data(), frame.data());
+            if (!o.payload.empty())
+                std::memcpy(frame.data() + kFrameHeaderSize, o.payload.data(), o.payload.size());
+            const Result r = send(frame);
+            if (r != Result::Ok) return r;
+        }
+        out.clear();
+        if (hs.done()) break;
+        if (hs.failed()) {
+            if (error != nullptr) *error = hs.error_text();
+            return Result::Failed;
+        }
+        FrameHeader h;
+        const uint8_t* payload = nullptr;
+        const Result r = next(&h, &payload);
+        if (r != Result::Ok) return r;
+        hs.on_frame(h.type, h.src_node, payload, h.payload_len, &out);
+    }
+    *peer = hs.peer();
+    return Result::Ok;
+}
+
+}  // namespace lane
 
 bool valid_lane_reply(const FrameHeader& h, const uint8_t* plain, uint32_t plain_len,
                       uint16_t peer_node, uint32_t expected_seq, uint64_t rpc_id,
@@ -96,7 +142,7 @@ RequesterLane::Result RequesterLane::fail(Result r, const std::string& why, std:
 RequesterLane::Result RequesterLane::wait_ready(short events, bool spin, uint64_t deadline_ns,
                                                 InterruptCheck interrupted,
                                                 const char* timeout_text, std::string* error) {
-    const uint64_t now = now_ns();
+    const uint64_t now = lane::now_ns();
     if (now >= deadline_ns) return fail(Result::Timeout, timeout_text, error);
     if (interrupted != nullptr && interrupted())
         return fail(Result::Interrupted, "interrupted", error);
@@ -105,9 +151,7 @@ RequesterLane::Result RequesterLane::wait_ready(short events, bool spin, uint64_
         return Result::Ok;
     }
     pollfd pfd{fd_, events, 0};
-    const int ms =
-        static_cast<int>(std::min<uint64_t>((deadline_ns - now) / 1000000 + 1, kSliceMs));
-    (void)::poll(&pfd, 1, ms);
+    (void)::poll(&pfd, 1, lane::sleep_ms(now, deadline_ns));
     return Result::Ok;
 }
 
@@ -137,7 +181,7 @@ RequesterLane::Result RequesterLane::write_all(const uint8_t* data, size_t n, ui
 RequesterLane::Result RequesterLane::read_frame(FrameHeader* h, const uint8_t** payload,
                                                 uint64_t spin_ns, uint64_t deadline_ns,
                                                 InterruptCheck interrupted, std::string* error) {
-    const uint64_t spin_end = spin_ns > 0 ? now_ns() + spin_ns : 0;
+    const uint64_t spin_end = spin_ns > 0 ? lane::now_ns() + spin_ns : 0;
     for (;;) {
         if (decoder_->next(h, payload)) return Result::Ok;
         if (decoder_->error() != FrameError::None)
@@ -159,8 +203,9 @@ RequesterLane::Result RequesterLane::read_frame(FrameHeader* h, const uint8_t** 
             return fail(Result::Failed,
                         tiers::sys_error("recv from node " + std::to_string(peer_node_), errno),
                         error);
-        const Result waited = wait_ready(POLLIN, spin_end != 0 && now_ns() < spin_end, deadline_ns,
-                                         interrupted, "no reply before the deadline", error);
+        const Result waited =
+            wait_ready(POLLIN, spin_end != 0 && lane::now_ns() < spin_end, deadline_ns, interrupted,
+                       "no reply before the deadline", error);
         if (waited != Result::Ok) return waited;
     }
 }
@@ -194,33 +239,19 @@ RequesterLane::Result RequesterLane::open(uint64_t deadline_ns, InterruptCheck i
                     error);
 
     decoder_ = std::make_unique<FrameStreamDecoder>(kMaxHandshakePayload);
-    NoSessionPolicy policy;
-    Handshake hs(Handshake::Role::Dialer, local_, policy, peer_node_, host_, kRequesterLane);
-    std::vector<HandshakeOutput> out = hs.start();
-    for (;;) {
-        for (const HandshakeOutput& o : out) {
-            FrameHeader h;
-            h.type = o.type;
-            h.src_node = local_.node_id;
-            h.payload_len = static_cast<uint32_t>(o.payload.size());
-            frame_.resize(kFrameHeaderSize + o.payload.size());
-            encode_frame_header(h, o.payload.data(), frame_.data());
-            if (!o.payload.empty())
-                std::memcpy(frame_.data() + kFrameHeaderSize, o.payload.data(), o.payload.size());
-            const Result r =
-                write_all(frame_.data(), frame_.size(), deadline_ns, interrupted, error, nullptr);
-            if (r != Result::Ok) return r;
-        }
-        out.clear();
-        if (hs.done()) break;
-        if (hs.failed()) return fail(Result::Failed, hs.error_text(), error);
-        FrameHeader h;
-        const uint8_t* payload = nullptr;
-        const Result r = read_frame(&h, &payload, 0, deadline_ns, interrupted, error);
-        if (r != Result::Ok) return r;
-        hs.on_frame(h.type, h.src_node, payload, h.payload_len, &out);
-    }
-    const PeerIdentity& peer = hs.peer();
+    PeerIdentity peer;
+    const Result r = lane::dial(
+        local_, peer_node_, host_,
+        [&](const std::vector<uint8_t>& f) {
+            return write_all(f.data(), f.size(), deadline_ns, interrupted, error, nullptr);
+        },
+        [&](FrameHeader* h, const uint8_t** payload) {
+            return read_frame(h, payload, 0, deadline_ns, interrupted, error);
+        },
+        &peer, error);
+    if (r == Result::Failed && fd_ >= 0)  // refused: the handshake's reason is in *error
+        return fail(r, error != nullptr ? *error : std::string(), error);
+    if (r != Result::Ok) return r;
     guard_ = std::make_unique<FrameGuard>(peer.protection, peer.keys);
     decoder_->set_max_payload(
         static_cast<uint32_t>(kMessageHeaderSize + local_.max_message + kFrameTagSize));

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,6 +51,27 @@ class RequesterLaneBase {
                         uint64_t spin_ns, uint64_t deadline_ns, InterruptCheck interrupted,
                         std::vector<uint8_t>* reply, bool* sent, std::string* error) = 0;
 };
+
+// What both kinds of lane share.
+namespace lane {
+
+uint64_t now_ns();  // CLOCK_MONOTONIC
+// How long one sleep may last: until the deadline, but at most 10 ms, so that
+// interrupts are looked at at least that often.
+int sleep_ms(uint64_t now_ns, uint64_t deadline_ns);
+
+// The dialer's side of a requester lane's handshake (lane kRequesterLane, no
+// session). send(frame) writes one whole frame; next(h, payload) waits for
+// the next one. Either's failure is returned as it is (it has closed the lane
+// and set the error); a refusal or a bad peer is Failed with *error set, for
+// the caller to close. Ok: *peer is whom the lane talks to.
+using SendFrame = std::function<RequesterLaneBase::Result(const std::vector<uint8_t>& frame)>;
+using NextFrame = std::function<RequesterLaneBase::Result(FrameHeader* h, const uint8_t** payload)>;
+RequesterLaneBase::Result dial(const LocalIdentity& local, uint16_t peer_node,
+                               const std::string& host, const SendFrame& send,
+                               const NextFrame& next, PeerIdentity* peer, std::string* error);
+
+}  // namespace lane
 
 // Checks a reply frame, already opened (plain, plain_len), against the request
 // it answers; false names why in *why.

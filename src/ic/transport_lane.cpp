@@ -1,37 +1,10 @@
 // Requester lane over a transport of the process's own (transport_lane.hpp).
 #include "ic/transport_lane.hpp"
 
-#include <algorithm>
 #include <cstring>
-#include <ctime>
 #include <sched.h>
 
 namespace pgrac::ic {
-
-namespace {
-
-uint64_t now_ns() {
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
-
-// Longest single sleep: interrupts are looked at at least this often.
-constexpr uint64_t kSliceMs = 10;
-
-// The dialer's side of the handshake policy, as on a TCP requester lane.
-class NoSessionPolicy : public HandshakePolicy {
-  public:
-    RejectReason check_peer(uint16_t, const std::string&, uint8_t) override {
-        return RejectReason::None;
-    }
-    LaneState lane_state(uint16_t, uint8_t) override { return {}; }
-    RejectReason admit(uint16_t, uint64_t, uint8_t, std::string*) override {
-        return RejectReason::None;
-    }
-};
-
-}  // namespace
 
 TransportRequesterLane::TransportRequesterLane(LocalIdentity local, uint16_t peer_node,
                                                std::string host, uint16_t port,
@@ -100,7 +73,7 @@ TransportRequesterLane::Result TransportRequesterLane::pump(bool spin, uint64_t 
                                                             InterruptCheck interrupted,
                                                             const char* timeout_text,
                                                             std::string* error) {
-    const uint64_t now = now_ns();
+    const uint64_t now = lane::now_ns();
     if (now >= deadline_ns) return fail(Result::Timeout, timeout_text, error);
     if (interrupted != nullptr && interrupted())
         return fail(Result::Interrupted, "interrupted", error);
@@ -108,8 +81,7 @@ TransportRequesterLane::Result TransportRequesterLane::pump(bool spin, uint64_t 
         transport_->poll(0);
         sched_yield();  // let the peer's listener have this CPU
     } else {
-        const uint64_t left_ms = (deadline_ns - now) / 1000000 + 1;
-        transport_->poll(static_cast<int>(std::min(left_ms, kSliceMs)));
+        transport_->poll(lane::sleep_ms(now, deadline_ns));
     }
     return Result::Ok;
 }
@@ -118,7 +90,7 @@ TransportRequesterLane::Result TransportRequesterLane::next_frame(Received* out,
                                                                   uint64_t deadline_ns,
                                                                   InterruptCheck interrupted,
                                                                   std::string* error) {
-    const uint64_t spin_end = spin_ns > 0 ? now_ns() + spin_ns : 0;
+    const uint64_t spin_end = spin_ns > 0 ? lane::now_ns() + spin_ns : 0;
     for (;;) {
         if (!inbox_.empty()) {
             *out = std::move(inbox_.front());
@@ -126,7 +98,7 @@ TransportRequesterLane::Result TransportRequesterLane::next_frame(Received* out,
             return Result::Ok;
         }
         if (gone_) return fail(Result::Failed, gone_why_, error);
-        const Result r = pump(spin_end != 0 && now_ns() < spin_end, deadline_ns, interrupted,
+        const Result r = pump(spin_end != 0 && lane::now_ns() < spin_end, deadline_ns, interrupted,
                               "no reply before the deadline", error);
         if (r != Result::Ok) return r;
     }
@@ -155,33 +127,26 @@ TransportRequesterLane::Result TransportRequesterLane::open(uint64_t deadline_ns
         if (r != Result::Ok) return r;
     }
 
-    NoSessionPolicy policy;
-    Handshake hs(Handshake::Role::Dialer, local_, policy, peer_node_, host_, kRequesterLane);
-    std::vector<HandshakeOutput> out = hs.start();
-    for (;;) {
-        for (const HandshakeOutput& o : out) {
-            FrameHeader h;
-            h.type = o.type;
-            h.src_node = local_.node_id;
-            h.payload_len = static_cast<uint32_t>(o.payload.size());
-            frame_.resize(kFrameHeaderSize + o.payload.size());
-            encode_frame_header(h, o.payload.data(), frame_.data());
-            if (!o.payload.empty())
-                std::memcpy(frame_.data() + kFrameHeaderSize, o.payload.data(), o.payload.size());
-            if (!send_frame(frame_))
-                return fail(Result::Failed,
-                            "handshake with node " + std::to_string(peer_node_) + ": send failed",
-                            error);
-        }
-        out.clear();
-        if (hs.done()) break;
-        if (hs.failed()) return fail(Result::Failed, hs.error_text(), error);
-        Received f;
-        const Result r = next_frame(&f, 0, deadline_ns, interrupted, error);
-        if (r != Result::Ok) return r;
-        hs.on_frame(f.h.type, f.h.src_node, f.payload.data(), f.h.payload_len, &out);
-    }
-    const PeerIdentity& peer = hs.peer();
+    PeerIdentity peer;
+    Received f;
+    const Result r = lane::dial(
+        local_, peer_node_, host_,
+        [&](const std::vector<uint8_t>& frame) {
+            if (send_frame(frame)) return Result::Ok;
+            return fail(Result::Failed,
+                        "handshake with node " + std::to_string(peer_node_) + ": send failed",
+                        error);
+        },
+        [&](FrameHeader* h, const uint8_t** payload) {
+            const Result got = next_frame(&f, 0, deadline_ns, interrupted, error);
+            *h = f.h;
+            *payload = f.payload.data();
+            return got;
+        },
+        &peer, error);
+    if (r == Result::Failed && transport_ != nullptr)  // refused: the reason is in *error
+        return fail(r, error != nullptr ? *error : std::string(), error);
+    if (r != Result::Ok) return r;
     guard_ = std::make_unique<FrameGuard>(peer.protection, peer.keys);
     transport_->set_max_payload(
         conn_, static_cast<uint32_t>(kMessageHeaderSize + local_.max_message + kFrameTagSize));
