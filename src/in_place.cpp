@@ -15,6 +15,7 @@ extern "C" {
 #include "in_place.hpp"
 #include "lms/request_server.hpp"
 #include "pg_boundary.hpp"
+#include "zero_copy_replies.hpp"
 
 using namespace pgrac::ic;
 
@@ -89,7 +90,12 @@ bool serve_in_place(IcShared* shm) {
             hand_on(g_record, len);
             continue;
         }
-        if (serve_record(shm, g_record, len, true, send_reply) == Served::Done) {
+        // Only an RPC's reply is written; on verbs it may leave from where
+        // it is written (zero_copy_replies.hpp).
+        use_reply_body((pre.flags & kFlagRpcRequest) ? zero_copy_reply_body() : nullptr);
+        const Served done = serve_record(shm, g_record, len, true, send_reply);
+        use_reply_body(nullptr);
+        if (done == Served::Done) {
             if (peer != nullptr) count(&peer->served_in_place);
             continue;
         }

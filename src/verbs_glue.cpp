@@ -100,8 +100,12 @@ std::unique_ptr<pgrac::tiers::Transport> make_verbs_or_tcp(pgrac::tiers::Transpo
     const std::string dev = decided_device();
     const int port = decided_port();
     std::string err;
-    std::unique_ptr<pgrac::tiers::Transport> t =
-        pgrac::tiers::make_verbs_transport(h, verbs_options(dev.c_str(), port), &err);
+    pgrac::tiers::VerbsOptions o = verbs_options(dev.c_str(), port);
+    // Replies served in place leave from registered buffers without a copy
+    // (zero_copy_replies.hpp); nothing else is registered on the fly.
+    o.zero_copy_min = kZeroCopyMin;
+    o.zero_copy_registered_only = true;
+    std::unique_ptr<pgrac::tiers::Transport> t = pgrac::tiers::make_verbs_transport(h, o, &err);
     if (t && t->max_payload() < kVerbsMaxPayload) {
         err = "its frame limit " + std::to_string(t->max_payload()) + " is below the " +
               std::to_string(kVerbsMaxPayload) + " bytes a message may need";
@@ -119,6 +123,10 @@ std::unique_ptr<pgrac::tiers::Transport> make_verbs_or_tcp(pgrac::tiers::Transpo
     put(g_fallback, where + " cannot be created (" + err + "); running at Tier 3 (TCP)");
     g_fell_back = true;
     return pgrac::tiers::make_tcp_transport(h, tcp_options());
+}
+
+pgrac::tiers::Transport* listener_verbs_transport() {
+    return g_verbs;
 }
 
 void publish_transport(IcShared* shm) {

@@ -28,6 +28,13 @@ tiers::VerbsOptions verbs_options(const char* device, int port);
 // cluster.interconnect_strict, an exception that stops the listener's start.
 std::unique_ptr<tiers::Transport> make_verbs_or_tcp(tiers::TransportHandler& h);
 
+// Payloads from this size on leave a registered buffer without a copy (the
+// listener's zero-copy replies); smaller ones are copied into a send slot.
+inline constexpr uint32_t kZeroCopyMin = 2048;
+
+// Listener: its verbs transport (nullptr on other tiers or after a fallback).
+tiers::Transport* listener_verbs_transport();
+
 // Listener, once the engine has started: writes the tier that really runs,
 // why, and the verbs status into shared memory; logs a WARNING for a fallback
 // to TCP or for a buffer pool without hugepages. Never throws.

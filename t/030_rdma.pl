@@ -191,13 +191,16 @@ if ($ENV{PGRAC_RXE_PERF})
 my ($sends1, $recvs1) = split /\|/, q1(1, $verbs_sql);
 cmp_ok($sends1 - $sends0, '>=', 500, 'node 1: verbs send completions grew by the bench through the listeners');
 cmp_ok($recvs1 - $recvs0, '>=', 500, 'node 1: verbs receive completions grew by it');
-# No MR cache lookups: the engine copies every frame into a pre-registered
-# slot (zero-copy sends are off, zero_copy_min = 0, and nothing calls
-# verbs_register_region), so the hit rate is NULL, not 0 (docs/rdma.md).
+# No MR cache lookups under mac or secure (the default): every frame is sealed
+# into a new buffer and copied into a pre-registered slot, so the hit rate is
+# NULL, not 0 (docs/rdma.md). Under crc (PGRAC_TEST_CONF) node 1 registered
+# its reply buffers when it served node 2's pings: section 6 checks that case.
+my $protection = q1(1, 'SHOW cluster.wire_protection');
 is( q1(1,
-		q{SELECT coalesce(mr_cache_hit_rate::text, 'NULL') || '|'
+		q{SELECT CASE WHEN mr_cache_hit_rate IS NULL THEN 'NULL' ELSE 'lookups' END || '|'
 		         || cq_overflow_count FROM pg_cluster_rdma_counters WHERE peer_node_id IS NULL}),
-	'NULL|0', 'node 1: no MR cache lookups (hit rate NULL), no CQ overflow yet');
+	($protection eq 'crc' ? 'lookups' : 'NULL') . '|0',
+	"node 1 ($protection): MR cache lookups only under crc, no CQ overflow yet");
 is(q1(2, q{SELECT rpcs_served >= 720 FROM pg_cluster_rdma_counters WHERE peer_node_id = 1}),
 	't', 'node 2 served the RPCs');
 
@@ -276,6 +279,29 @@ ok(wait_for(2, q{SELECT listener_ready FROM pg_cluster_rdma_status}, 30),
 like(q1(2, q{SELECT tier || ': ' || tier_reason FROM pg_cluster_rdma_status}),
 	qr/^tier3: the verbs transport .* running at Tier 3 \(TCP\)$/,
 	'not strict: the status view says tier3 and why');
+
+# ---- 6. Zero-copy replies: under cluster.wire_protection = crc a reply served
+# in place leaves node 2's registered reply buffer without a copy (the MR
+# cache's hits), and every reply is still its request's echo (the bench
+# checks each one), up to the largest message.
+$_->stop('fast') for $c->nodes;
+$c->node(2)->append_conf('postgresql.conf', 'cluster.rdma_use_xrc = auto');
+$_->append_conf('postgresql.conf', 'cluster.wire_protection = crc') for $c->nodes;
+$_->start for $c->nodes;
+ok(wait_for(1, $all_up) && wait_for(2, $all_up), 'both nodes UP under crc');
+is(q1(2, 'SELECT tier FROM pg_cluster_rdma_status'), 'tier2', 'node 2 at tier2 again');
+my $lanes0 = q1(1, $direct_sql);
+for my $b ([ 8192, 100 ], [ 65536, 10 ], [ 2048, 100 ], [ 64, 100 ])
+{
+	my ($size, $n) = @$b;
+	my ($done) = bench($size, $n);
+	is($done, $n, "crc: bench $size B x $n, every reply its request's echo");
+}
+cmp_ok(q1(1, $direct_sql) - $lanes0, '>=', 310, 'crc: the benches took the requester lane');
+my $hits_sql = q{SELECT coalesce(mr_cache_hit_rate, 0) FROM pg_cluster_rdma_counters
+                  WHERE peer_node_id IS NULL};
+cmp_ok(q1(2, $hits_sql), '>', 0.9,
+	'node 2: replies of 2 KiB and more left its registered buffers (MR cache hit rate)');
 
 $c->stop_all;
 note sprintf('test took %.1f s', time - $t0);

@@ -27,7 +27,8 @@ namespace pgrac::glue {
 namespace {
 
 MemoryContext g_msg_context = nullptr;
-uint8_t* g_reply_body = nullptr;  // PGRAC_IC_MAX_MESSAGE bytes, after the header's room
+uint8_t* g_reply_body = nullptr;      // PGRAC_IC_MAX_MESSAGE bytes, after the header's room
+uint8_t* g_own_reply_body = nullptr;  // what g_reply_body is unless use_reply_body() says
 bool g_in_place = false;
 bool g_declined = false;
 
@@ -99,9 +100,14 @@ void request_server_init() {
     CreateAuxProcessResourceOwner();
     g_msg_context =
         AllocSetContextCreate(TopMemoryContext, "pgrac_ic request", ALLOCSET_DEFAULT_SIZES);
-    g_reply_body = static_cast<uint8_t*>(MemoryContextAlloc(
-                       TopMemoryContext, kMessageHeaderSize + PGRAC_IC_MAX_MESSAGE)) +
-                   kMessageHeaderSize;
+    g_own_reply_body = static_cast<uint8_t*>(MemoryContextAlloc(
+                           TopMemoryContext, kMessageHeaderSize + PGRAC_IC_MAX_MESSAGE)) +
+                       kMessageHeaderSize;
+    g_reply_body = g_own_reply_body;
+}
+
+void use_reply_body(uint8_t* body) {
+    g_reply_body = body != nullptr ? body : g_own_reply_body;
 }
 
 bool serving_in_place() {

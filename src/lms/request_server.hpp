@@ -20,6 +20,10 @@ using ReplySender = void (*)(uint16_t node, uint16_t flags, const ic::MessageHea
 
 // Once per process, before the first request: memory for handlers and replies.
 void request_server_init();
+// The buffer the next replies are written into: `body` (kMessageHeaderSize
+// bytes of room before it, PGRAC_IC_MAX_MESSAGE after), or with nullptr the
+// server's own. The listener points it at a zero-copy buffer per request.
+void use_reply_body(uint8_t* body);
 
 enum class Served { Done, WouldBlock };
 

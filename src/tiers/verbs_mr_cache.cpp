@@ -117,6 +117,11 @@ void MrCache::unpin(const void* addr, size_t len) {
     if (it != entries_.end() && it->second.pins > 0) --it->second.pins;
 }
 
+bool MrCache::pinned(const void* addr, size_t len) const {
+    auto it = entries_.find(Key{reinterpret_cast<uintptr_t>(addr), len});
+    return it != entries_.end() && it->second.pins > 0;
+}
+
 void MrCache::clear() {
     for (auto& [k, e] : entries_) reg_.dereg(e.h);
     entries_.clear();

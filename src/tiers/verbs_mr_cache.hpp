@@ -49,6 +49,9 @@ class MrCache {
     // full). With pin, the entry stays until unpin(). nullptr on failure.
     const MrHandle* acquire(const void* addr, size_t len, bool pin, std::string* error);
     void unpin(const void* addr, size_t len);
+    // The registration of exactly {addr, len} is pinned (a posted work
+    // request still reads it).
+    bool pinned(const void* addr, size_t len) const;
     // A registered region that contains [addr, addr+len), counted as a hit;
     // nullptr (not counted) if none does. Does not register.
     const MrHandle* find_covering(const void* addr, size_t len, bool pin, const void** base,

@@ -594,6 +594,10 @@ size_t VerbsTransport::in_flight(ConnId conn) const {
     return c == nullptr ? 0 : c->inflight_bytes;
 }
 
+bool VerbsTransport::region_in_flight(const void* addr, size_t len) const {
+    return mr_cache_ && mr_cache_->pinned(addr, len);
+}
+
 bool VerbsTransport::register_region(const void* addr, size_t len, std::string* error) {
     return mr_cache_ && mr_cache_->acquire(addr, len, false, error) != nullptr;
 }
@@ -617,6 +621,11 @@ bool verbs_transport_status(const Transport& t, VerbsStatus* out) {
     if (v == nullptr) return false;
     *out = v->status();
     return true;
+}
+
+bool verbs_region_in_flight(const Transport& t, const void* addr, size_t len) {
+    const auto* v = dynamic_cast<const VerbsTransport*>(&t);
+    return v != nullptr && v->region_in_flight(addr, len);
 }
 
 size_t verbs_in_flight(const Transport& t, ConnId conn) {

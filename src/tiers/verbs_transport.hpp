@@ -58,6 +58,10 @@ struct VerbsOptions {
     // cache) are sent without copying; 0 = always copy. The caller must then
     // keep those bytes unchanged until in_flight(conn) drops to 0.
     uint32_t zero_copy_min = 0;
+    // Zero-copy only from regions registered ahead (verbs_register_region),
+    // never registering a payload's memory on the fly: for callers whose
+    // other payloads live in memory that changes as soon as send() returns.
+    bool zero_copy_registered_only = false;
     size_t mr_cache_entries = 64;  // MR cache capacity (LRU beyond it)
 };
 
@@ -110,6 +114,11 @@ size_t verbs_in_flight(const Transport& t, ConnId conn);
 // Registers [addr, addr+len) in the transport's MR cache ahead of use (e.g.
 // shared buffers for zero-copy). False if not a verbs transport or on failure.
 bool verbs_register_region(Transport& t, const void* addr, size_t len, std::string* error);
+
+// The region registered ahead as exactly [addr, addr+len) is still read by a
+// posted send (zero-copy): its owner must not change it yet. False for other
+// tiers.
+bool verbs_region_in_flight(const Transport& t, const void* addr, size_t len);
 
 // NUMA node of an RDMA device from sysfs (-1: none, e.g. software devices).
 int verbs_device_numa_node(const std::string& device, const std::string& sys_root = "/sys");

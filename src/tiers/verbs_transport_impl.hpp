@@ -113,6 +113,7 @@ class VerbsTransport final : public Transport {
     const VerbsStatus& status() const { return status_; }
     size_t in_flight(ConnId conn) const;
     bool register_region(const void* addr, size_t len, std::string* error);
+    bool region_in_flight(const void* addr, size_t len) const;
 
   private:
     VerbsConn* find(ConnId id) const;       // any entry, reported ones too

@@ -88,7 +88,7 @@ VerbsTransport::PostResult VerbsTransport::post_frame(VerbsConn& c, const iovec*
         const void* base = nullptr;
         size_t base_len = 0;
         zc = mr_cache_->find_covering(iov[1].iov_base, iov[1].iov_len, true, &base, &base_len);
-        if (zc == nullptr) {
+        if (zc == nullptr && !opts_.zero_copy_registered_only) {
             std::string ignored;
             zc = mr_cache_->acquire(iov[1].iov_base, iov[1].iov_len, true, &ignored);
             base = iov[1].iov_base;

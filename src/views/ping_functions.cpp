@@ -63,6 +63,9 @@ Datum pgrac_ic_bench(PG_FUNCTION_ARGS) {
     const uint64_t begin = monotonic_ns();
     for (int i = 0; i < iterations; i++) {
         uint32_t reply_len = 0;
+        // Each request differs from the one before: a reply that is not its
+        // own echo (a stale or overwritten buffer) is caught below.
+        if (payload >= 4) std::memcpy(body, &i, 4);
         const uint64_t t0 = monotonic_ns();
         int rc = pgrac_ic_rpc(node, PGRAC_IC_MSG_PING, static_cast<uint32_t>(i), body,
                               static_cast<uint32_t>(payload), reply, static_cast<uint32_t>(payload),
@@ -73,6 +76,9 @@ Datum pgrac_ic_bench(PG_FUNCTION_ARGS) {
             ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
                             errmsg("pgrac_ic bench: reply of %u bytes to a %d-byte request",
                                    reply_len, payload)));
+        if (payload > 0 && std::memcmp(reply, body, static_cast<size_t>(payload)) != 0)
+            ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+                            errmsg("pgrac_ic bench: the reply to request %d is not its echo", i)));
     }
     const uint64_t elapsed = monotonic_ns() - begin;
     std::sort(samples, samples + iterations);

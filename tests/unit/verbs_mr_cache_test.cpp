@@ -101,6 +101,24 @@ TEST(VerbsMrCache, FindCoveringAndFailures) {
     EXPECT_EQ(cache.stats().failures, 1u);
 }
 
+// What zero-copy replies rely on: a region is busy from a pinning lookup
+// inside it (a posted send) until its unpin (the send's completion).
+TEST(VerbsMrCache, PinnedSaysWhetherARegionIsStillRead) {
+    FakeRegistrar r;
+    std::vector<char> mem(8192);
+    std::string error;
+    MrCache cache(r, 8);
+    ASSERT_NE(cache.acquire(&mem[0], 4096, false, &error), nullptr);
+    EXPECT_FALSE(cache.pinned(&mem[0], 4096));
+    const void* base = nullptr;
+    size_t len = 0;
+    ASSERT_NE(cache.find_covering(&mem[24], 2048, true, &base, &len), nullptr);
+    EXPECT_TRUE(cache.pinned(&mem[0], 4096));
+    EXPECT_FALSE(cache.pinned(&mem[4096], 4096)) << "not registered: not pinned";
+    cache.unpin(base, len);
+    EXPECT_FALSE(cache.pinned(&mem[0], 4096));
+}
+
 namespace {
 
 // 2 MB hugepages the kernel can hand out now: free ones plus the surplus it

@@ -5,6 +5,8 @@
 // tests/rxe/verbs_transport_in_vm.sh runs them in the VM and fails on a skip.
 #include <gtest/gtest.h>
 
+#include <array>
+
 #include <poll.h>
 
 #include <chrono>
@@ -346,6 +348,43 @@ TEST_F(VerbsPair, ZeroCopyUsesTheMrCache) {
                 static_cast<unsigned long long>(cb.mr_cache_hits),
                 static_cast<unsigned long long>(cb.mr_cache_misses),
                 100.0 * cb.mr_cache_hits / (cb.mr_cache_hits + cb.mr_cache_misses));
+}
+
+// Registered ahead only: a payload elsewhere is copied (nothing registered on
+// the fly); one in a registered region leaves from it, and the region reads
+// as in flight from the post to the completion.
+TEST_F(VerbsPair, ZeroCopyFromRegisteredRegionsOnly) {
+    VerbsOptions o = small_options();
+    o.zero_copy_min = 2048;
+    o.zero_copy_registered_only = true;
+    connect_pair(o, o);
+    const auto frame = message(1, 8192);
+    std::vector<uint8_t> region(frame.begin(), frame.end());
+    auto iov_of = [](std::vector<uint8_t>& f) {
+        return std::array<iovec, 2>{
+            iovec{f.data(), ic::kFrameHeaderSize},
+            iovec{f.data() + ic::kFrameHeaderSize, f.size() - ic::kFrameHeaderSize}};
+    };
+    std::vector<uint8_t> plain(frame.begin(), frame.end());
+    auto iov = iov_of(plain);
+    ASSERT_TRUE(b->send(bconn, iov.data(), 2));
+    ASSERT_TRUE(pump({a.get(), b.get()}, [&] { return ra.frames.size() == 1; }));
+    EXPECT_EQ(b->counters().zero_copy_sends, 0u) << "not registered ahead: copied";
+    EXPECT_EQ(b->counters().mr_cache_misses, 0u) << "and not registered on the fly";
+
+    std::string err;
+    ASSERT_TRUE(verbs_register_region(*b, region.data(), region.size(), &err)) << err;
+    EXPECT_FALSE(verbs_region_in_flight(*b, region.data(), region.size()));
+    iov = iov_of(region);
+    ASSERT_TRUE(b->send(bconn, iov.data(), 2));
+    EXPECT_TRUE(verbs_region_in_flight(*b, region.data(), region.size()))
+        << "posted: the device may still read it";
+    ASSERT_TRUE(pump({a.get(), b.get()}, [&] {
+        return ra.frames.size() == 2 && !verbs_region_in_flight(*b, region.data(), region.size());
+    }));
+    EXPECT_TRUE(payload_matches(ra.frames[1], frame));
+    EXPECT_EQ(b->counters().zero_copy_sends, 1u);
+    EXPECT_EQ(b->counters().mr_cache_hits, 1u);
 }
 
 TEST_F(VerbsPair, TinyCqOverflowIsCountedAndSurvived) {
