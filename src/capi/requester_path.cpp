@@ -38,15 +38,19 @@ namespace {
 
 // After a lane broke, the listeners carry this process's RPCs to that node
 // for a second; after the peer refused one (not UP there yet, another
-// instance, its lane limit), for ten.
+// instance, its lane limit), for ten; after this process could not make one
+// (the device, locked memory), for a minute.
 constexpr uint64_t kRetryAfterNs = 1000ull * 1000 * 1000;
 constexpr uint64_t kRetryAfterRefusalNs = 10 * kRetryAfterNs;
+constexpr uint64_t kRetryAfterLocalFailureNs = 60 * kRetryAfterNs;
 
 struct NodeLane {
     std::unique_ptr<RequesterLaneBase> lane;
-    uint64_t incarnation = 0;  // ours when it was opened
+    uint64_t incarnation = 0;       // ours when it was opened
+    uint64_t peer_incarnation = 0;  // the peer's when it was opened
     uint64_t retry_after_ns = 0;
     bool one_way_sent = false;
+    bool local_failure_reported = false;  // once per process and node
 };
 
 // Indexed by node id. Allocated on first use, kept for the process's life.
@@ -181,7 +185,14 @@ void requester_rpc(IcShared* shm, int node, const MessageHeader& mh, uint16_t fr
             if (nlp == nullptr) return;
             NodeLane& nl = *nlp;
             const uint64_t incarnation = load_acquire(&shm->incarnation);
-            if (nl.lane != nullptr && nl.incarnation != incarnation) nl.lane.reset();
+            const PeerShared* peer = peer_shared(shm, static_cast<uint32_t>(node));
+            if (peer == nullptr) return;
+            // A lane to an instance that is gone (the peer restarted; on verbs
+            // its close may never reach us) is dropped before anything is sent.
+            const uint64_t peer_incarnation = load_relaxed(&peer->incarnation);
+            if (nl.lane != nullptr &&
+                (nl.incarnation != incarnation || nl.peer_incarnation != peer_incarnation))
+                nl.lane.reset();
             std::vector<uint8_t> payload(kMessageHeaderSize + len);
             encode_message_header(mh, payload.data());
             if (len > 0) std::memcpy(payload.data() + kMessageHeaderSize, body, len);
@@ -194,28 +205,32 @@ void requester_rpc(IcShared* shm, int node, const MessageHeader& mh, uint16_t fr
             for (int attempt = 0; attempt < 2 && !sent; attempt++) {
                 const bool fresh = nl.lane == nullptr || !nl.lane->is_open();
                 if (fresh) {
-                    const PeerShared* p = peer_shared(shm, static_cast<uint32_t>(node));
                     const auto& nodes = configured_nodes();
                     const NodeAddress* addr = nullptr;
                     for (const NodeAddress& a : nodes)
                         if (a.node_id == node) addr = &a;
-                    if (p == nullptr || addr == nullptr) return;
+                    if (addr == nullptr) return;
                     nl.lane = make_lane(shm, node, *addr, deadline_ns);
                     nl.incarnation = incarnation;
+                    nl.peer_incarnation = peer_incarnation;
                     const auto opened = nl.lane->open(deadline_ns, must_stop, &why);
                     if (opened != RequesterLane::Result::Ok) {
                         // Nothing sent: the listeners take this RPC. A refusal
                         // by the peer is routine; a lane this process cannot
                         // make (locked memory, the device) is worth a word.
-                        if (nl.lane->failed_locally()) {
+                        const bool local = nl.lane->failed_locally();
+                        if (local && !nl.local_failure_reported) {
                             const std::string text = "requester lane to node " +
                                                      std::to_string(node) + ": " + why +
-                                                     "; its RPCs take the listeners";
+                                                     "; this process's RPCs to it take the "
+                                                     "listeners (tried again every minute)";
                             shm->errors.add(ErrorType::ConnectFailed, Severity::Warning, node,
                                             unix_time_us(), text.c_str());
+                            nl.local_failure_reported = true;
                         }
                         nl.lane.reset();
-                        nl.retry_after_ns = now_ns() + kRetryAfterRefusalNs;
+                        nl.retry_after_ns =
+                            now_ns() + (local ? kRetryAfterLocalFailureNs : kRetryAfterRefusalNs);
                         out->interrupted = opened == RequesterLane::Result::Interrupted;
                         return;
                     }

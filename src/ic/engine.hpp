@@ -211,7 +211,7 @@ class Engine final : public tiers::TransportHandler, public HandshakePolicy {
     void close_requester_lanes(int peer);
     void forget_requester_lane(tiers::ConnId id);
     // The node restarted or is DOWN: its processes' requests start afresh.
-    void forget_requests_of(uint16_t node);
+    void forget_requests_of(uint16_t node, bool restarted);
     // An RPC request older than the newest one seen from its process (one RPC
     // at a time per process): its caller gave up on it, so it must not run
     // after the newer one, whichever path each took. Records the newest.

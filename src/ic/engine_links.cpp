@@ -744,7 +744,7 @@ void Engine::declare_down(Peer& p, const std::string& why) {
     for (Lane& l : p.lanes)
         if (l.conn != 0) close_conn(l.conn);
     close_requester_lanes(static_cast<int>(&p - peers_.data()));
-    forget_requests_of(p.addr.node_id);
+    forget_requests_of(p.addr.node_id, false);
     fail_outstanding(p.addr.node_id, PGRAC_IC_UNREACHABLE);
     // Their callers were told they failed: if the peer comes back, they must not run.
     void_abandoned_requests(p);
@@ -762,7 +762,7 @@ void Engine::peer_restarted(Peer& p, uint64_t new_incarnation, tiers::ConnId kee
         if (l.up && l.conn != keep) close_conn(l.conn);
     // Its processes' requests are numbered afresh (a new shared memory).
     close_requester_lanes(static_cast<int>(&p - peers_.data()));
-    forget_requests_of(p.addr.node_id);
+    forget_requests_of(p.addr.node_id, true);
     // The other lanes' sessions were with the old instance, which is gone:
     // they start again now, not at their own handshake, so that what is
     // queued on them from now on (after the peer is seen UP again) is for the

@@ -162,12 +162,15 @@ void Engine::forget_requester_lane(tiers::ConnId id) {
         if (conn == id) conn = 0;
 }
 
-void Engine::forget_requests_of(uint16_t node) {
-    // Replies still due (held in place or queued at an LMS worker) are dropped
-    // when they come: their requester is gone, and over the peer lanes they
-    // could meet an RPC of the node's next instance with the same rpc_id.
+void Engine::forget_requests_of(uint16_t node, bool restarted) {
+    // Replies still due (held in place or queued at an LMS worker) to its
+    // requester lanes are dropped when they come: the lanes are closed. Those
+    // due over the peer lanes are dropped only if the node restarted (they
+    // could meet an RPC of its new instance with the same rpc_id); after a
+    // DOWN of the same instance its sessions may still carry them to their
+    // requesters.
     for (auto& [key, conn] : replies_due_)
-        if (key.first == node) conn = 0;
+        if (key.first == node && (restarted || conn != kViaPeerLanes)) conn = 0;
     for (auto it = newest_rpc_.begin(); it != newest_rpc_.end();)
         it = (it->first >> 32) == node ? newest_rpc_.erase(it) : std::next(it);
 }
