@@ -114,10 +114,13 @@ uint64_t now_ns() {
     return monotonic_ns();
 }
 
+bool is_verbs(uint32_t tier) {
+    return tier == static_cast<uint32_t>(tiers::Tier::Tier1) ||
+           tier == static_cast<uint32_t>(tiers::Tier::Tier2);
+}
+
 bool on_verbs(IcShared* shm) {
-    const uint32_t t = load_acquire(&shm->tier_active);
-    return t == static_cast<uint32_t>(tiers::Tier::Tier1) ||
-           t == static_cast<uint32_t>(tiers::Tier::Tier2);
+    return is_verbs(load_acquire(&shm->tier_active));
 }
 
 // A verbs lane's own transport: the listener's device and port, and as little
@@ -159,7 +162,7 @@ bool requester_lane_usable(IcShared* shm, int node) noexcept {
     if (!pgrac_requester_lanes || node == pgrac_node_id || node < 1 || node > kMaxNodes)
         return false;
     const uint32_t tier = load_acquire(&shm->tier_active);
-    if (tier != static_cast<uint32_t>(tiers::Tier::Tier3) && !on_verbs(shm)) return false;
+    if (tier != static_cast<uint32_t>(tiers::Tier::Tier3) && !is_verbs(tier)) return false;
     const PeerShared* p = peer_shared(shm, static_cast<uint32_t>(node));
     if (p == nullptr || load_relaxed(&p->state) != static_cast<uint32_t>(PeerState::Up))
         return false;
