@@ -33,6 +33,7 @@ PGDLLEXPORT void pgrac_ic_listener_main(Datum arg);
 #include "in_place.hpp"
 #include "lms/handler_registry.hpp"
 #include "lms/ges_service.hpp"
+#include "lms/kept_files.hpp"
 #include "pg_boundary.hpp"
 #include "shmem.hpp"
 #include "tier_startup.hpp"
@@ -275,6 +276,7 @@ void pgrac_ic_listener_main(Datum) {
             }
         }
         pgrac::glue::publish_transport_counters(shm);
+        pgrac::glue::kept_files_idle();
     }
 
     pgrac::glue::guarded([] { g_engine->shutdown(); }, err, sizeof err);

@@ -149,5 +149,63 @@ is($n2->safe_psql('postgres', "SELECT length(pgrac_fetch_block(1, 'cf_t', 0))"),
 unlike(PostgreSQL::Test::Utils::slurp_file($n1->logfile), qr/terminated by signal|PANIC|WARNING:  you don't own a lock/,
 	'no crash and no lock bookkeeping warning on the server');
 
+# Files the listener keeps open between the blocks it serves in place
+# (src/lms/kept_files.hpp). A kept file still gives the relation's size as it
+# is now: VACUUM on the server truncates a relation between two fetches.
+sub tag_fetch
+{
+	my ($rel, $blk) = @_;
+	my ($roid, $rfile) = split /\|/, $n1->safe_psql('postgres',
+		"SELECT '$rel'::regclass::oid, pg_relation_filenode('$rel')");
+	return $n2->psql('postgres',
+		"SELECT length(pgrac_fetch_block_tag(1, $spc, $db, $rfile, 'main', $blk, $roid))");
+}
+$n1->safe_psql('postgres', q{
+	CREATE TABLE cf_shrink WITH (autovacuum_enabled = off) AS
+		SELECT g, repeat('y', 500) AS pad FROM generate_series(1, 1500) g;
+	CREATE TABLE cf_gone AS SELECT g FROM generate_series(1, 1000) g;
+});
+my $shrink_pages = $n1->safe_psql('postgres', "SELECT pg_relation_size('cf_shrink') / 8192");
+($rc, $out, $err) = tag_fetch('cf_shrink', $shrink_pages - 1);
+is($out, '8192', "the last of cf_shrink's $shrink_pages blocks is served") or diag($err);
+$n1->safe_psql('postgres', 'DELETE FROM cf_shrink WHERE g > 100; VACUUM cf_shrink');
+my $shrunk = $n1->safe_psql('postgres', "SELECT pg_relation_size('cf_shrink') / 8192");
+ok($shrunk < $shrink_pages, "VACUUM truncated cf_shrink to $shrunk blocks");
+($rc, $out, $err) = tag_fetch('cf_shrink', $shrink_pages - 1);
+like($err, qr/block \d+ is beyond the end of relation .* on node 1 \($shrunk blocks\)/,
+	'after the truncation the kept file reports the new size');
+($rc, $out, $err) = tag_fetch('cf_shrink', 0);
+is($out, '8192', '... and its first block is still served') or diag($err);
+
+# No file of a dropped relation stays open in the listener once a checkpoint
+# has begun, even if no block is requested after it (its space is freed).
+($rc, $out, $err) = tag_fetch('cf_gone', 0);
+is($out, '8192', 'a block of cf_gone is served (its file is kept open)') or diag($err);
+my $gone_path = $n1->safe_psql('postgres', "SELECT pg_relation_filepath('cf_gone')");
+my $listener1 = $c->worker_pid(1, 'pgrac_ic listener');
+sub held_files
+{
+	my ($pattern) = @_;
+	my @held;
+	for my $fd (glob("/proc/$listener1/fd/*"))
+	{
+		my $to = readlink($fd) // next;
+		push @held, $to if $to =~ $pattern;
+	}
+	return @held;
+}
+sub held_deleted { return held_files(qr/\Q$gone_path\E.*\(deleted\)/) }
+is(scalar(held_files(qr/\Q$gone_path\E$/)), 1, "the listener holds cf_gone's file open");
+$n1->safe_psql('postgres', 'DROP TABLE cf_gone; CHECKPOINT');
+my @held;
+for (1 .. 100)
+{
+	@held = held_deleted();
+	last unless @held;
+	select(undef, undef, undef, 0.1);
+}
+is(scalar(@held), 0, "the listener closed cf_gone's file after DROP TABLE and a checkpoint")
+	or diag(join("\n", @held));
+
 $c->stop_all;
 done_testing();

@@ -30,6 +30,7 @@ extern "C" {
 
 #include "guc.hpp"
 #include "lms/block_identity.hpp"
+#include "lms/kept_files.hpp"
 #include "lms/request_server.hpp"
 
 namespace pgrac::glue {
@@ -110,7 +111,10 @@ bool class_storage(Oid db, Oid req_spc, RelFileNode* cls, char** dbpath) {
         return true;
     }
     // In place too: once per database (a 512-byte file under a shared
-    // lightweight lock), then remembered until the file changes.
+    // lightweight lock), then remembered until the file changes. A changed
+    // map may mean a rewritten pg_class or a dropped, re-created or moved
+    // database: no file kept open may be used again.
+    kept_files_close_all();
     const Oid datspc = database_tablespace(db, req_spc);
     if (!OidIsValid(datspc)) return false;
     char* path = GetDatabasePath(db, datspc);
@@ -206,16 +210,21 @@ int look_in_place(SMgrRelation sr, RelFileNode cls, BlockNumber blk, OffsetNumbe
 // now. Undecided otherwise, and when the row is not found (an LMS worker
 // reads every page before it says a relation does not exist).
 constexpr BlockNumber kInPlaceScanPages = 64;
-ClassRow find_row_in_place(SMgrRelation sr, RelFileNode cls, Oid relid, BlockNumber nblocks,
-                           RowPlace* p) {
+// pg_class's size is asked (a system call) only for a scan or a place past
+// the first segment: a page found by its buffer tag exists (a truncation
+// drops the buffers past the new end first, and waits for our pin), and a
+// miss in the first segment only prefetches.
+ClassRow find_row_in_place(SMgrRelation sr, RelFileNode cls, Oid relid, RowPlace* p) {
     ClassRow row{};
+    BlockNumber nblocks = InvalidBlockNumber;
     if (p->db == cls.dbNode && p->relid == relid && p->classfile == cls.relNode &&
-        p->blk < nblocks) {
+        (p->blk < RELSEG_SIZE || p->blk < (nblocks = smgrnblocks(sr, MAIN_FORKNUM)))) {
         OffsetNumber off = p->off;
         const int r = look_in_place(sr, cls, p->blk, &off, relid, &row);
         if (r == 1) return row;
         if (r < 0) return row;
     }
+    if (nblocks == InvalidBlockNumber) nblocks = smgrnblocks(sr, MAIN_FORKNUM);
     if (nblocks > kInPlaceScanPages) {
         undecided();
         return row;
@@ -237,10 +246,10 @@ ClassRow find_row_in_place(SMgrRelation sr, RelFileNode cls, Oid relid, BlockNum
 // found, else by reading every page.
 ClassRow find_row(RelFileNode cls, Oid relid) {
     ClassRow row{};
-    SMgrRelation sr = smgropen(cls, InvalidBackendId);
-    const BlockNumber nblocks = smgrnblocks(sr, MAIN_FORKNUM);
+    SMgrRelation sr = kept_files_open(cls);
     RowPlace* p = place_of(cls.dbNode, relid);
-    if (serving_in_place()) return find_row_in_place(sr, cls, relid, nblocks, p);
+    if (serving_in_place()) return find_row_in_place(sr, cls, relid, p);
+    const BlockNumber nblocks = smgrnblocks(sr, MAIN_FORKNUM);
     if (p->db == cls.dbNode && p->relid == relid && p->classfile == cls.relNode &&
         p->blk < nblocks) {
         const Buffer buf =

@@ -32,6 +32,7 @@ extern "C" {
 #include "lms/block_identity.hpp"
 #include "lms/block_service.hpp"
 #include "lms/handler_registry.hpp"
+#include "lms/kept_files.hpp"
 #include "lms/request_server.hpp"
 #include "lms/ges_service.hpp"
 
@@ -154,8 +155,8 @@ __attribute__((noinline)) int read_blocks(Oid db, Oid relid, RelFileNode rnode, 
         decline_in_place();  // in place, and the check would have to wait
         return PGRAC_IC_OK;
     }
-    SMgrRelation sr = smgropen(rnode, InvalidBackendId);
-    if (!smgrexists(sr, forknum))
+    SMgrRelation sr = kept_files_open(rnode);
+    if (!kept_fork_is_open(sr, forknum) && !smgrexists(sr, forknum))
         ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
                         errmsg("relation %u/%u/%u fork \"%s\" does not exist on node %d "
                                "(dropped, or never created there)",
@@ -219,6 +220,7 @@ __attribute__((noinline)) int serve_blocks(Oid db, Oid relid, RelFileNode rnode,
     }
     PG_END_TRY();
 
+    kept_files_begin();
     if (g_owner == nullptr) g_owner = ResourceOwnerCreate(nullptr, "pgrac_ic block service");
     ResourceOwner saved = CurrentResourceOwner;
     CurrentResourceOwner = g_owner;
@@ -236,7 +238,7 @@ __attribute__((noinline)) int serve_blocks(Oid db, Oid relid, RelFileNode rnode,
         ResourceOwnerRelease(g_owner, RESOURCE_RELEASE_LOCKS, false, false);
         ResourceOwnerRelease(g_owner, RESOURCE_RELEASE_AFTER_LOCKS, false, false);
         CurrentResourceOwner = saved;
-        smgrcloseall();
+        kept_files_close_all();
         reset_block_identity_cache();
         LockRelease(&reltag, AccessShareLock, true);
         if (!shared) LockRelease(&dbtag, AccessShareLock, true);
@@ -245,8 +247,9 @@ __attribute__((noinline)) int serve_blocks(Oid db, Oid relid, RelFileNode rnode,
     }
     PG_END_TRY();
     CurrentResourceOwner = saved;
-    // Also pg_class's: a request never reads through a stale file descriptor.
-    smgrcloseall();
+    // Also pg_class's: a request never reads through a stale file descriptor
+    // (in place, the files kept are those that cannot be stale).
+    kept_files_end();
     LockRelease(&reltag, AccessShareLock, true);
     if (!shared) LockRelease(&dbtag, AccessShareLock, true);
     return status;
