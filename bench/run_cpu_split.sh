@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# CPU per transaction, split by process: pgbench fetching random blocks of
+# node 2 through pgrac_fetch_block on node 1, against get_raw_page through
+# libpq on node 2, with the same clients (docs/performance.md, "Sixteen
+# clients: what limits them"). Each process's utime + stime is read from
+# /proc twice during the run and divided by the transactions in between.
+#
+#   bench/run_cpu_split.sh [--clients "4 16"] [--seconds 7] [--max-seconds 600]
+#
+# Root (the PostgreSQL parts run as postgres through runuser); a temporary
+# two-instance tier3 cluster on 127.0.0.1, pgbench -i -s 2, node 2's buffer
+# pool warmed; removed on exit. Extra postgresql.conf lines: PGRAC_BENCH_CONF.
+set -euo pipefail
+
+SRC_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CLIENTS="4 16"
+SECONDS_RUN=7
+MAX_SECONDS=600
+PGBIN="${PGBIN:-/usr/lib/postgresql/15/bin}"
+PGUSER_OS=postgres
+
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --clients) CLIENTS="$2"; shift 2 ;;
+        --seconds) SECONDS_RUN="$2"; shift 2 ;;
+        --max-seconds) MAX_SECONDS="$2"; shift 2 ;;
+        -h | --help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+        *) echo "unknown argument: $1" >&2; exit 2 ;;
+    esac
+done
+[[ $(id -u) -eq 0 ]] || { echo "run_cpu_split.sh: run as root" >&2; exit 2; }
+BENCH_NAME=run_cpu_split
+# shellcheck source=bench/lib/cluster.sh
+source "$SRC_DIR/bench/lib/cluster.sh"
+cluster_traps
+
+cluster_ports
+cluster_init pgrac-cpu
+BASEPORT=$(pick_port 56000 56999 "$PG1" "$PG2")
+as_pg "$PGBIN/pg_ctl" -D "$WORK/base" -l "$WORK/base.log" -w -t 60 \
+    -o "-p $BASEPORT -k $WORK -c listen_addresses=''" start >/dev/null
+as_pg "$PGBIN/pgbench" -i -s 2 -q -h "$WORK" -p "$BASEPORT" postgres >"$WORK/pgbench_i.log" 2>&1
+as_pg "$PGBIN/psql" -X -q -h "$WORK" -p "$BASEPORT" -d postgres \
+    -c "CREATE EXTENSION pageinspect" -c "CREATE EXTENSION pg_prewarm"
+as_pg "$PGBIN/pg_ctl" -D "$WORK/base" -w -t 60 stop >/dev/null
+
+NODE_CONF="shared_buffers = 128MB
+max_connections = 40
+${PGRAC_BENCH_CONF:-}"
+start_node 1 "$PG1" "$NODE_CONF"
+start_node 2 "$PG2" "$NODE_CONF"
+psql_n "$PG1" "CREATE EXTENSION pgrac_ic"
+psql_n "$PG2" "CREATE EXTENSION pgrac_ic"
+wait_peers_up
+psql_n "$PG2" "SELECT pg_prewarm('pgbench_accounts', 'buffer')" >/dev/null
+NBLOCKS=$(psql_n "$PG2" "SELECT pg_relation_size('pgbench_accounts') / 8192")
+
+as_pg tee "$WORK/fetch.sql" >/dev/null <<SQL
+\set b random(0, $((NBLOCKS - 1)))
+SELECT length(pgrac_fetch_block(2, 'pgbench_accounts', :b));
+SQL
+as_pg tee "$WORK/raw.sql" >/dev/null <<SQL
+\set b random(0, $((NBLOCKS - 1)))
+SELECT length(get_raw_page('pgbench_accounts', :b));
+SQL
+PM1=$(head -1 "$WORK/n1/postmaster.pid")
+PM2=$(head -1 "$WORK/n2/postmaster.pid")
+log "machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), kernel $(uname -r)"
+for c in $CLIENTS; do
+    python3 "$SRC_DIR/bench/tools/cpu_split.py" --pgbench "$PGBIN/pgbench" --as-user "$PGUSER_OS" \
+        --host "$WORK" --port "$PG1" --script "$WORK/fetch.sql" --clients "$c" \
+        --seconds "$SECONDS_RUN" --postmaster 1="$PM1" --postmaster 2="$PM2" \
+        --label "pgrac_fetch_block on node 1 (node 2 serves)"
+    python3 "$SRC_DIR/bench/tools/cpu_split.py" --pgbench "$PGBIN/pgbench" --as-user "$PGUSER_OS" \
+        --host "$WORK" --port "$PG2" --script "$WORK/raw.sql" --clients "$c" \
+        --seconds "$SECONDS_RUN" --postmaster 1="$PM1" --postmaster 2="$PM2" \
+        --label "get_raw_page on node 2 through libpq"
+done
