@@ -196,10 +196,13 @@ void requester_rpc(IcShared* shm, int node, const MessageHeader& mh, uint16_t fr
             if (nl.lane != nullptr &&
                 (nl.incarnation != incarnation || nl.peer_incarnation != peer_incarnation))
                 nl.lane.reset();
-            std::vector<uint8_t> payload(kMessageHeaderSize + len);
+            // Kept for the process's life: no allocation per RPC once they
+            // have grown to the largest message (one RPC at a time).
+            static std::vector<uint8_t> payload, reply;
+            payload.resize(kMessageHeaderSize + len);
             encode_message_header(mh, payload.data());
             if (len > 0) std::memcpy(payload.data() + kMessageHeaderSize, body, len);
-            std::vector<uint8_t> reply;
+            reply.clear();
             bool& sent = out->taken;  // set by call() as soon as a byte is written
             std::string why;
             RequesterLane::Result r = RequesterLane::Result::Failed;

@@ -274,6 +274,13 @@ RequesterLane::Result RequesterLane::call(const uint8_t* payload, uint32_t len, 
     // From the first byte on the peer may run it: *sent says so.
     Result r = write_all(frame_.data(), frame_.size(), deadline_ns, interrupted, error, sent);
     if (r != Result::Ok) return r;
+    // Not polling: the reply is not there yet, so sleep before the first
+    // recv rather than after one that would find nothing (a system call).
+    if (spin_ns == 0) {
+        r = wait_ready(POLLIN, false, deadline_ns, interrupted, "no reply before the deadline",
+                       error);
+        if (r != Result::Ok) return r;
+    }
     FrameHeader rh;
     const uint8_t* rp = nullptr;
     r = read_frame(&rh, &rp, spin_ns, deadline_ns, interrupted, error);
