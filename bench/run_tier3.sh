@@ -81,11 +81,18 @@ LIBPQ_LATENCY="$BUILD_DIR/bin/libpq_latency"
 # ---- the cluster: initdb once, copy (same system identifier), two instances
 cluster_ports
 cluster_init pgrac-bench
+# The table before the copy: both instances have it, so node 1 can fetch its
+# blocks from node 2 (the block fetch row) and read them itself (get_raw_page).
+BASEPORT=$(pick_port 56000 56999 "$PG1" "$PG2")
+as_pg "$PGBIN/pg_ctl" -D "$WORK/base" -l "$WORK/base.log" -w -t 60 \
+    -o "-p $BASEPORT -k $WORK -c listen_addresses=''" start >/dev/null
+as_pg "$PGBIN/psql" -X -q -h "$WORK" -p "$BASEPORT" -d postgres -c "CREATE EXTENSION pageinspect" \
+    -c "CREATE TABLE t AS SELECT g, repeat('x', 40) AS filler FROM generate_series(1, 150) g"
+as_pg "$PGBIN/pg_ctl" -D "$WORK/base" -w -t 60 stop >/dev/null
 start_node 1 "$PG1" "${PGRAC_BENCH_CONF:-}"
 start_node 2 "$PG2" "${PGRAC_BENCH_CONF:-}"
-psql_n "$PG1" "CREATE EXTENSION pgrac_ic; CREATE EXTENSION pageinspect;
-               CREATE TABLE t AS SELECT g, repeat('x', 40) AS filler FROM generate_series(1, 150) g;"
-psql_n "$PG2" "CREATE EXTENSION pgrac_ic;"
+psql_n "$PG1" "CREATE EXTENSION pgrac_ic;"
+psql_n "$PG2" "CREATE EXTENSION pgrac_ic; SELECT count(*) FROM t;"
 
 log "waiting for the peers to be UP"
 wait_peers_up
@@ -121,8 +128,12 @@ pin_instances() {  # pin_instances CPULIST: every process of both instances
     for p in $(instance_pids); do taskset -a -pc "$1" "$p" >/dev/null 2>&1 || true; done
 }
 
-tcp_run() {  # tcp_run GROUP SIZE ITERS ROUND
-    local out
+tcp_run() {  # tcp_run GROUP SIZE ITERS ROUND [REPLY-SIZE]
+    local out what="raw TCP ping-pong" reply=()
+    if [[ -n "${5:-}" ]]; then
+        reply=(--reply-size "$5")
+        what="raw TCP $2 B -> $5 B"
+    fi
     case "$1" in
         sched) out=$(timeout 300 "$TCP_PINGPONG" --sizes "$2" --iterations "$3" --warmup "$WARMUP") ;;
         cpu0) out=$(timeout 300 taskset -c 0 "$TCP_PINGPONG" --sizes "$2" --iterations "$3" \
@@ -132,11 +143,11 @@ tcp_run() {  # tcp_run GROUP SIZE ITERS ROUND
                 --port "$SPIN_PORT" 2>/dev/null &
             local srv=$!
             out=$(timeout 300 taskset -c 0 "$TCP_PINGPONG" --client --busy-poll --port "$SPIN_PORT" \
-                --sizes "$2" --iterations "$3" --warmup "$WARMUP")
+                --sizes "$2" --iterations "$3" --warmup "$WARMUP" "${reply[@]}")
             wait "$srv"
             ;;
     esac
-    record "$1" "raw TCP ping-pong" "$2" "$4" "$out"
+    record "$1" "$what" "$2" "$4" "$out"
 }
 libpq_run() {  # libpq_run GROUP WHAT SIZE ROUND ITERS ARGS...
     local group=$1 what=$2 size=$3 round=$4 iters=$5 out pin=()
@@ -160,6 +171,17 @@ ic_run() {  # ic_run GROUP NODE SIZE ITERS ROUND [LABEL-SUFFIX [SESSION-SETTING]
               round(p50_us::numeric, 2), round(p99_us::numeric, 2), round(p999_us::numeric, 2))
               FROM pgrac_ic_bench($2, $3, $4)")
     record "$1" "$what" "$3" "$5" " $line"
+}
+
+# One 8 KiB block per round trip from node 2's buffer pool (a 24-byte request,
+# an 8 KiB page back), timed in node 1's backend.
+FETCH="pgrac_fetch_block node 1 -> 2 (1 block)"
+fetch_run() {  # fetch_run GROUP ROUND
+    local line
+    psql_n "$PG1" "SELECT count(*) FROM pgrac_fetch_block_bench(2, 't', $WARMUP, 1)" >/dev/null
+    line=$(psql_n "$PG1" "SELECT format('p50_us=%s p99_us=%s p999_us=0', round(p50_us::numeric, 2),
+              round(p99_us::numeric, 2)) FROM pgrac_fetch_block_bench(2, 't', $ITER8K, 1)")
+    record "$1" "$FETCH" 8192 "$2" " $line"
 }
 
 # cluster.serve_in_place on both instances (sighup): off hands every request
@@ -189,6 +211,7 @@ for r in $(seq 1 "$ROUNDS"); do
         --query "SELECT get_raw_page('t', 0)" --mode prepared --binary
     ic_run sched 2 64 "$ITER" "$r"
     ic_run sched 2 8192 "$ITER8K" "$r"
+    fetch_run sched "$r"
     ic_run sched 1 64 "$ITER" "$r"
     ic_run sched 2 64 "$ITER" "$r" "$LANES_OFF" "$NOLANES"
     ic_run sched 2 8192 "$ITER8K" "$r" "$LANES_OFF" "$NOLANES"
@@ -211,6 +234,7 @@ for r in $(seq 1 "$ROUNDS"); do
     pin_instances "0-$LAST_CPU"
     tcp_run spin 64 "$ITER" "$r"
     tcp_run spin 8192 "$ITER8K" "$r"
+    tcp_run spin 64 "$ITER8K" "$r" 8192
 done
 
 # ---- report
@@ -229,6 +253,8 @@ med = lambda xs: statistics.median(xs)
 label = {"sched": "", "cpu0": " — all on CPU 0", "spin": " — busy-poll, 2 CPUs"}
 def tcp_key(group, size):
     return (group, "raw TCP ping-pong", 64 if size <= 64 else 8192)
+FETCH = "pgrac_fetch_block node 1 -> 2 (1 block)"
+RAW_FETCH = ("spin", "raw TCP 64 B -> 8192 B", 64)
 def ratios(k, b):  # per-round ratio k / b: both measured in the same round
     if k not in rows or b not in rows:
         return []
@@ -239,7 +265,7 @@ for k in sorted(order, key=lambda k: ["sched", "cpu0", "spin"].index(k[0])):
     p50s = [v[0] for v in rows[k].values()]
     rs = ratios(k, tcp_key(k[0], k[2]))
     ratio = f"{med(rs):.2f}x ({min(rs):.2f}–{max(rs):.2f})" if rs else "–"
-    if k[1] == "raw TCP ping-pong":
+    if k[1].startswith("raw TCP"):
         ratio = "1.00x"
     print(f"| {k[1]}{label[k[0]]} | {k[2]} | {med(p50s):.1f} | {min(p50s):.1f}–{max(p50s):.1f} | "
           f"{med(v[1] for v in rows[k].values()):.1f} | {ratio} |")
@@ -271,6 +297,9 @@ print(f"- pgrac_ic 64 B (polls, then sleeps; as placed) / busy-polling raw TCP 6
 t8 = across(("sched", IC8K, 8192), ("spin", "raw TCP ping-pong", 8192))
 print(f"- pgrac_ic 8 KiB (polls, then sleeps; as placed) / busy-polling raw TCP 8 KiB (pinned): {fmt(t8)} — "
       f"target ≤ 1.5x: {'met' if t8[0] <= 1.5 else 'MISSED'}")
+tf = across(("sched", FETCH, 8192), RAW_FETCH)
+print(f"- block fetch, 1 block (polls, then sleeps; as placed) / busy-polling raw TCP 64 B -> 8 KiB (pinned): "
+      f"{fmt(tf)} — target ≤ 1.5x: {'met' if tf[0] <= 1.5 else 'MISSED'}")
 t = line("cpu0", IC64, 64, "raw TCP ping-pong", 64)
 print(f"- pgrac_ic 64 B / blocking raw TCP 64 B, every process on CPU 0: {fmt(t)} — "
       f"target ≤ 2x: {'met' if t[0] <= 2 else 'MISSED'}")

@@ -34,6 +34,10 @@
 //   tcp_pingpong mode=blocking connections=C size=64 seconds=.. samples=..
 //                p50_us=.. p99_us=.. p999_us=.. mean_us=.. ops_per_sec=..
 //
+// --reply-size R: the server answers each request of a round trip with R
+// bytes instead of an echo (a 64 B request for an 8 KiB page, as a block
+// fetch is); the line then also says reply=R. Round trips of one client only.
+//
 // --idle K: the client also holds K connections open that carry nothing (an
 // echo server process each), so that it holds as many connections as an
 // interconnect process it is compared with; with or without --connections.
@@ -72,6 +76,7 @@ struct Options {
     bool server_only = false;
     bool client_only = false;
     bool busy_poll = false;
+    size_t reply_size = 0;  // 0: an echo
     long stream = 0;      // --stream N: messages per stream; 0 = ping-pong
     int connections = 0;  // --connections C: concurrent requesters; 0 = one, --iterations
     double seconds = 5;   // --seconds S: how long the requesters run
@@ -87,6 +92,7 @@ constexpr size_t kMaxSize = 1 << 20;
 // follows, then count messages of that size; the server replies with the
 // count as 4 bytes once it has read them all.
 constexpr uint32_t kStreamBit = 0x80000000u;
+constexpr uint32_t kReplyBit = 0x40000000u;  // then a u32: the size of each reply
 
 [[noreturn]] void die(const char* what) {
     std::fprintf(stderr, "tcp_pingpong: %s: %s\n", what, std::strerror(errno));
@@ -98,7 +104,7 @@ constexpr uint32_t kStreamBit = 0x80000000u;
                  "usage: tcp_pingpong [--sizes 64,8192] [--iterations N] [--warmup N]\n"
                  "                    [--host 127.0.0.1] [--port P] [--busy-poll]\n"
                  "                    [--stream N] [--server | --client]\n"
-                 "                    [--connections C --seconds S] [--idle K]\n");
+                 "                    [--connections C --seconds S] [--idle K] [--reply-size R]\n");
     std::exit(2);
 }
 
@@ -198,8 +204,14 @@ void serve_conn(int fd) {
             if ((size & ~kStreamBit) > kMaxSize || !sink_stream(fd, size & ~kStreamBit, buf)) break;
             continue;
         }
-        if (size > kMaxSize) {
-            std::fprintf(stderr, "tcp_pingpong server: size %u too large\n", size);
+        uint32_t reply = size;
+        if (size & kReplyBit) {
+            size &= ~kReplyBit;
+            if (!read_full(fd, reinterpret_cast<uint8_t*>(&reply), sizeof reply)) break;
+        }
+        if (size > kMaxSize || reply > kMaxSize || reply < 2) {
+            std::fprintf(stderr, "tcp_pingpong server: size %u or reply %u out of range\n", size,
+                         reply);
             std::exit(2);
         }
         for (;;) {
@@ -209,7 +221,7 @@ void serve_conn(int fd) {
             }
             // A message starting with 0xff 0xfe.. ends this size's round.
             const bool last = size >= 2 && buf[0] == 0xff && buf[1] == 0xfe;
-            write_full(fd, buf.data(), size);
+            write_full(fd, buf.data(), reply);
             if (last) break;
         }
     }
@@ -369,8 +381,15 @@ void run_client(const Options& o, int port) {
     if (o.stream > 0) run_stream_client(o, fd, out);
     const std::vector<size_t> none;
     for (size_t size : o.stream > 0 ? none : o.sizes) {
-        const uint32_t s32 = static_cast<uint32_t>(size);
+        // The reply's size, and what of it must equal the request.
+        const size_t reply = o.reply_size > 0 ? o.reply_size : size;
+        const size_t check = std::min(size, reply);
+        const uint32_t s32 = static_cast<uint32_t>(size) | (o.reply_size > 0 ? kReplyBit : 0);
         write_full(fd, reinterpret_cast<const uint8_t*>(&s32), sizeof s32);
+        if (o.reply_size > 0) {
+            const uint32_t r32 = static_cast<uint32_t>(reply);
+            write_full(fd, reinterpret_cast<const uint8_t*>(&r32), sizeof r32);
+        }
         std::vector<uint64_t> samples(static_cast<size_t>(o.iterations));
         const int total = o.warmup + o.iterations;
         uint64_t begin = 0;
@@ -378,7 +397,7 @@ void run_client(const Options& o, int port) {
             if (i == o.warmup) begin = now_ns();
             const uint64_t t0 = now_ns();
             write_full(fd, out.data(), size);
-            if (!read_full(fd, in.data(), size)) {
+            if (!read_full(fd, in.data(), reply)) {
                 std::fprintf(stderr, "tcp_pingpong: server closed the connection\n");
                 std::exit(2);
             }
@@ -386,7 +405,7 @@ void run_client(const Options& o, int port) {
             if (i >= o.warmup) samples[static_cast<size_t>(i - o.warmup)] = t1 - t0;
         }
         const uint64_t elapsed = now_ns() - begin;
-        if (std::memcmp(in.data(), out.data(), size) != 0) {
+        if (std::memcmp(in.data(), out.data(), check) != 0) {
             std::fprintf(stderr, "tcp_pingpong: echo differs from what was sent\n");
             std::exit(2);
         }
@@ -397,13 +416,13 @@ void run_client(const Options& o, int port) {
             last[1] = 0xfe;
         }
         write_full(fd, last.data(), size);
-        read_full(fd, in.data(), size);
+        read_full(fd, in.data(), reply);
         const pgrac::bench::LatencySummary s = pgrac::bench::summarize_latency(samples);
         std::printf(
-            "tcp_pingpong mode=%s size=%zu iterations=%d p50_us=%.2f p99_us=%.2f p999_us=%.2f "
-            "mean_us=%.2f ops_per_sec=%.0f\n",
-            o.busy_poll ? "busy-poll" : "blocking", size, o.iterations, s.p50_us, s.p99_us,
-            s.p999_us, s.mean_us, pgrac::bench::ops_per_sec(o.iterations, elapsed));
+            "tcp_pingpong mode=%s size=%zu reply=%zu iterations=%d p50_us=%.2f p99_us=%.2f "
+            "p999_us=%.2f mean_us=%.2f ops_per_sec=%.0f\n",
+            o.busy_poll ? "busy-poll" : "blocking", size, reply, o.iterations, s.p50_us,
+            s.p99_us, s.p999_us, s.mean_us, pgrac::bench::ops_per_sec(o.iterations, elapsed));
         std::fflush(stdout);
     }
     const uint32_t zero = 0;
@@ -441,6 +460,10 @@ Options parse(int argc, char** argv) {
             o.host = value();
         } else if (a == "--port") {
             o.port = std::atoi(value().c_str());
+        } else if (a == "--reply-size") {
+            const long r = std::strtol(value().c_str(), nullptr, 10);
+            if (r < 2 || static_cast<size_t>(r) > kMaxSize) usage();
+            o.reply_size = static_cast<size_t>(r);
         } else if (a == "--busy-poll") {
             o.busy_poll = true;
         } else if (a == "--stream") {
@@ -469,6 +492,8 @@ Options parse(int argc, char** argv) {
     // --connections and --idle: one binary does both sides, one size, round trips.
     if ((o.connections > 0 || o.idle > 0) && (o.server_only || o.client_only || o.stream > 0 ||
                                               (o.connections > 0 && o.sizes.size() != 1)))
+        usage();
+    if (o.reply_size > 0 && (o.connections > 0 || o.idle > 0 || o.stream > 0 || o.server_only))
         usage();
     return o;
 }
