@@ -77,10 +77,10 @@ struct Options {
     bool client_only = false;
     bool busy_poll = false;
     size_t reply_size = 0;  // 0: an echo
-    long stream = 0;      // --stream N: messages per stream; 0 = ping-pong
-    int connections = 0;  // --connections C: concurrent requesters; 0 = one, --iterations
-    double seconds = 5;   // --seconds S: how long the requesters run
-    int idle = 0;         // --idle K: connections held open that carry nothing
+    long stream = 0;        // --stream N: messages per stream; 0 = ping-pong
+    int connections = 0;    // --connections C: concurrent requesters; 0 = one, --iterations
+    double seconds = 5;     // --seconds S: how long the requesters run
+    int idle = 0;           // --idle K: connections held open that carry nothing
 };
 
 // --busy-poll: both sides spin on nonblocking recv() instead of sleeping in
@@ -421,8 +421,8 @@ void run_client(const Options& o, int port) {
         std::printf(
             "tcp_pingpong mode=%s size=%zu reply=%zu iterations=%d p50_us=%.2f p99_us=%.2f "
             "p999_us=%.2f mean_us=%.2f ops_per_sec=%.0f\n",
-            o.busy_poll ? "busy-poll" : "blocking", size, reply, o.iterations, s.p50_us,
-            s.p99_us, s.p999_us, s.mean_us, pgrac::bench::ops_per_sec(o.iterations, elapsed));
+            o.busy_poll ? "busy-poll" : "blocking", size, reply, o.iterations, s.p50_us, s.p99_us,
+            s.p999_us, s.mean_us, pgrac::bench::ops_per_sec(o.iterations, elapsed));
         std::fflush(stdout);
     }
     const uint32_t zero = 0;
