@@ -111,4 +111,40 @@ is($rpcs1 - $rpcs0, 20, 'node 1 counted 20 RPCs to node 2');
 	is($n1->safe_psql('postgres', 'SELECT pgrac_ic_ping(2) IS NOT NULL'), 't', 'RPCs work again');
 }
 
+# A lane's descriptors count against PostgreSQL's budget for descriptors
+# outside its file cache (AcquireExternalFD), which dblink and postgres_fdw
+# draw on too: a backend that has none to spare sends its RPCs through the
+# listeners and says so once in the errors view.
+{
+	$n1->safe_psql('postgres', 'ALTER SYSTEM SET max_files_per_process = 70');
+	$n1->restart;
+	ok($c->wait_up(1) && $c->wait_up(2), 'node 1 restarted with max_files_per_process = 70');
+	$n1->safe_psql('postgres', 'CREATE EXTENSION IF NOT EXISTS dblink');
+	my $connstr = 'host=' . $n2->host . ' port=' . $n2->port . ' dbname=postgres';
+	my ($r0, $d0) = split /:/, sent();
+	my ($rc, $out, $err) = $n1->psql('postgres', qq{
+DO \$\$ BEGIN
+  FOR i IN 1..500 LOOP
+    BEGIN
+      PERFORM dblink_connect('c' || i, '$connstr');
+    EXCEPTION WHEN sqlclient_unable_to_establish_sqlconnection THEN
+      RAISE NOTICE 'budget used up after % connections', i - 1;
+      EXIT;
+    END;
+  END LOOP;
+END \$\$;
+SELECT pgrac_ic_ping(2) IS NOT NULL;});
+	like($err, qr/budget used up after \d+ connections/, 'dblink used up the backend\'s descriptors');
+	is($out, 't', 'the ping still works');
+	my ($r1, $d1) = split /:/, sent();
+	is(($r1 - $r0) . ':' . ($d1 - $d0), '1:0', '... through the listeners, not on a lane');
+	is($n1->safe_psql('postgres',
+			"SELECT count(*) FROM pg_cluster_rdma_errors WHERE peer_node_id = 2 AND type = 'connect_failed' AND description LIKE '%no file descriptors to spare%'"),
+		'1', 'reported once in the errors view');
+	is($n1->safe_psql('postgres', 'SELECT pgrac_ic_ping(2) IS NOT NULL'), 't',
+		'a new session (descriptors to spare) pings on its lane again');
+	my ($r2, $d2) = split /:/, sent();
+	is($d2 - $d1, 1, '... counted as a lane RPC');
+}
+
 done_testing();

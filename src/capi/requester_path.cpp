@@ -7,6 +7,7 @@ extern "C" {
 
 #include "access/xlog.h"
 #include "miscadmin.h"
+#include "storage/fd.h"
 #include "storage/pmsignal.h"
 }
 
@@ -44,8 +45,17 @@ constexpr uint64_t kRetryAfterNs = 1000ull * 1000 * 1000;
 constexpr uint64_t kRetryAfterRefusalNs = 10 * kRetryAfterNs;
 constexpr uint64_t kRetryAfterLocalFailureNs = 60 * kRetryAfterNs;
 
+// File descriptors a lane holds, counted against PostgreSQL's budget for
+// descriptors outside its file cache (AcquireExternalFD), so that the
+// backend's own files are not starved: a socket at tier3; on verbs the device
+// contexts librdmacm opens, the rdma_cm channel, the completion channel, an
+// epoll and a timerfd (docs/architecture.md), 6 with one device.
+constexpr int kTcpLaneFds = 1;
+constexpr int kVerbsLaneFds = 6;
+
 struct NodeLane {
     std::unique_ptr<RequesterLaneBase> lane;
+    int fds_reserved = 0;           // while lane is set (reopened in place, kept)
     uint64_t incarnation = 0;       // ours when it was opened
     uint64_t peer_incarnation = 0;  // the peer's when it was opened
     uint64_t retry_after_ns = 0;
@@ -70,6 +80,24 @@ NodeLane* lane_of(int node) noexcept {
         }
     }
     return &(*g_lanes)[node];
+}
+
+// Reserves n external file descriptors for a lane of nl (all or none).
+bool reserve_fds(NodeLane& nl, int n) {
+    for (int i = 0; i < n; i++) {
+        if (!AcquireExternalFD()) {
+            for (int j = 0; j < i; j++) ReleaseExternalFD();
+            return false;
+        }
+    }
+    nl.fds_reserved = n;
+    return true;
+}
+
+// Closes nl's lane (if any) and gives its descriptors back to the budget.
+void drop_lane(NodeLane& nl) {
+    nl.lane.reset();
+    for (; nl.fds_reserved > 0; nl.fds_reserved--) ReleaseExternalFD();
 }
 
 // Only what ends the wait for good: a cancel or termination (then
@@ -195,7 +223,7 @@ void requester_rpc(IcShared* shm, int node, const MessageHeader& mh, uint16_t fr
             const uint64_t peer_incarnation = load_relaxed(&peer->incarnation);
             if (nl.lane != nullptr &&
                 (nl.incarnation != incarnation || nl.peer_incarnation != peer_incarnation))
-                nl.lane.reset();
+                drop_lane(nl);
             // Kept for the process's life: no allocation per RPC once they
             // have grown to the largest message (one RPC at a time).
             static std::vector<uint8_t> payload, reply;
@@ -216,6 +244,23 @@ void requester_rpc(IcShared* shm, int node, const MessageHeader& mh, uint16_t fr
                     for (const NodeAddress& a : nodes)
                         if (a.node_id == node) addr = &a;
                     if (addr == nullptr) return;
+                    if (nl.fds_reserved == 0 &&
+                        !reserve_fds(nl, on_verbs(shm) ? kVerbsLaneFds : kTcpLaneFds)) {
+                        // Out of descriptors (dblink, postgres_fdw, other
+                        // lanes): the listeners take this process's RPCs.
+                        if (!nl.local_failure_reported) {
+                            const std::string text =
+                                "requester lane to node " + std::to_string(node) +
+                                ": this process has no file descriptors to spare "
+                                "(AcquireExternalFD); its RPCs to it take the listeners "
+                                "(tried again every minute)";
+                            shm->errors.add(ErrorType::ConnectFailed, Severity::Warning, node,
+                                            unix_time_us(), text.c_str());
+                            nl.local_failure_reported = true;
+                        }
+                        nl.retry_after_ns = now_ns() + kRetryAfterLocalFailureNs;
+                        return;
+                    }
                     nl.lane = make_lane(shm, node, *addr, deadline_ns);
                     nl.incarnation = incarnation;
                     nl.peer_incarnation = peer_incarnation;
@@ -234,7 +279,7 @@ void requester_rpc(IcShared* shm, int node, const MessageHeader& mh, uint16_t fr
                                             unix_time_us(), text.c_str());
                             nl.local_failure_reported = true;
                         }
-                        nl.lane.reset();
+                        drop_lane(nl);
                         nl.retry_after_ns =
                             now_ns() + (local ? kRetryAfterLocalFailureNs : kRetryAfterRefusalNs);
                         out->interrupted = opened == RequesterLane::Result::Interrupted;
@@ -299,7 +344,7 @@ void requester_rpc(IcShared* shm, int node, const MessageHeader& mh, uint16_t fr
         },
         err, sizeof err);
     if (!ok) {  // out of memory, say: the lane starts again next time
-        if (NodeLane* nl = lane_of(node)) nl->lane.reset();
+        if (NodeLane* nl = lane_of(node)) drop_lane(*nl);
         if (out->taken) out->status = PGRAC_IC_PEER_RESET;  // it may have run: not resent
     }
 }
