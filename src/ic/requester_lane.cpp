@@ -276,10 +276,11 @@ RequesterLane::Result RequesterLane::call(const uint8_t* payload, uint32_t len, 
     if (r != Result::Ok) return r;
     // Not polling: the reply is not there yet, so sleep before the first
     // recv rather than after one that would find nothing (a system call).
+    // No deadline or interrupt check here: a reply already in the socket is
+    // read first (read_frame checks both before it sleeps again).
     if (spin_ns == 0) {
-        r = wait_ready(POLLIN, false, deadline_ns, interrupted, "no reply before the deadline",
-                       error);
-        if (r != Result::Ok) return r;
+        pollfd ready{fd_, POLLIN, 0};
+        (void)::poll(&ready, 1, lane::sleep_ms(lane::now_ns(), deadline_ns));
     }
     FrameHeader rh;
     const uint8_t* rp = nullptr;

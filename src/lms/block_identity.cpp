@@ -112,9 +112,12 @@ bool class_storage(Oid db, Oid req_spc, RelFileNode* cls, char** dbpath) {
     }
     // In place too: once per database (a 512-byte file under a shared
     // lightweight lock), then remembered until the file changes. A changed
-    // map may mean a rewritten pg_class or a dropped, re-created or moved
-    // database: no file kept open may be used again.
-    kept_files_close_all();
+    // map of this database may mean a rewritten pg_class or a dropped,
+    // re-created or moved database: no file kept open is used again. (Not
+    // when another database's entry is replaced: its files are the redo
+    // pointer's to close, and two databases sharing an entry would close
+    // everything on every request.)
+    if (c.db == db) kept_files_close_all();
     const Oid datspc = database_tablespace(db, req_spc);
     if (!OidIsValid(datspc)) return false;
     char* path = GetDatabasePath(db, datspc);
@@ -222,7 +225,14 @@ ClassRow find_row_in_place(SMgrRelation sr, RelFileNode cls, Oid relid, RowPlace
         OffsetNumber off = p->off;
         const int r = look_in_place(sr, cls, p->blk, &off, relid, &row);
         if (r == 1) return row;
-        if (r < 0) return row;
+        if (r < 0) {
+            // Not in the buffer pool (or locked). A place past pg_class's end
+            // (the row moved, then VACUUM truncated pg_class) is never there
+            // again: scan instead, as the size check did before it.
+            if (nblocks == InvalidBlockNumber) nblocks = smgrnblocks(sr, MAIN_FORKNUM);
+            if (p->blk < nblocks) return row;
+            g_undecided = false;
+        }
     }
     if (nblocks == InvalidBlockNumber) nblocks = smgrnblocks(sr, MAIN_FORKNUM);
     if (nblocks > kInPlaceScanPages) {

@@ -17,7 +17,9 @@ namespace {
 
 // Relations kept open, and those opened by the request being served (at
 // most pg_class's and the requested relation's; more sets g_overflow).
-constexpr int kMaxKept = 64;
+// 32: the listener's sockets are not counted in PostgreSQL's descriptor
+// budget, so its file cache should not grow much past what it was.
+constexpr int kMaxKept = 32;
 constexpr int kMaxTouched = 4;
 RelFileNode g_kept[kMaxKept];
 int g_nkept = 0;
