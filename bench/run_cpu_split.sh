@@ -36,13 +36,7 @@ cluster_traps
 
 cluster_ports
 cluster_init pgrac-cpu
-BASEPORT=$(pick_port 56000 56999 "$PG1" "$PG2")
-as_pg "$PGBIN/pg_ctl" -D "$WORK/base" -l "$WORK/base.log" -w -t 60 \
-    -o "-p $BASEPORT -k $WORK -c listen_addresses=''" start >/dev/null
-as_pg "$PGBIN/pgbench" -i -s 2 -q -h "$WORK" -p "$BASEPORT" postgres >"$WORK/pgbench_i.log" 2>&1
-as_pg "$PGBIN/psql" -X -q -h "$WORK" -p "$BASEPORT" -d postgres \
-    -c "CREATE EXTENSION pageinspect" -c "CREATE EXTENSION pg_prewarm"
-as_pg "$PGBIN/pg_ctl" -D "$WORK/base" -w -t 60 stop >/dev/null
+prepare_base --pgbench 2 "CREATE EXTENSION pageinspect" "CREATE EXTENSION pg_prewarm"
 
 NODE_CONF="shared_buffers = 128MB
 max_connections = 40

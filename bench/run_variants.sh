@@ -60,11 +60,7 @@ for v in "${VARIANTS[@]}"; do
 done
 cluster_ports  # only to pick PG1 etc. for the base; each variant gets its own below
 cluster_init pgrac-var
-BASEPORT=$(pick_port 56000 56999)
-as_pg "$PGBIN/pg_ctl" -D "$WORK/base" -l "$WORK/base.log" -w -t 60 \
-    -o "-p $BASEPORT -k $WORK -c listen_addresses=''" start >/dev/null
-as_pg "$PGBIN/pgbench" -i -s 1 -q -h "$WORK" -p "$BASEPORT" postgres >"$WORK/pgbench_i.log" 2>&1
-as_pg "$PGBIN/pg_ctl" -D "$WORK/base" -w -t 60 stop >/dev/null
+prepare_base --pgbench 1
 
 declare -A PGP  # PGP[mode,n]: postgres port of node n of that mode's cluster
 used=()

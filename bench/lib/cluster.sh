@@ -116,6 +116,28 @@ cluster_init() {
     as_pg "$PGBIN/initdb" -D "$WORK/base" -A trust -U postgres --no-sync >"$WORK/initdb.log" 2>&1
 }
 
+# prepare_base [--pgbench SCALE] [SQL...]: runs the base directory once
+# before it is copied (so every instance has what it makes): pgbench -i at
+# SCALE, then each SQL statement, then stops it.
+prepare_base() {
+    local scale="" port sql
+    if [[ "${1:-}" == --pgbench ]]; then
+        scale=$2
+        shift 2
+    fi
+    port=$(pick_port 56000 56999 "${PG1:-}" "${PG2:-}")
+    as_pg "$PGBIN/pg_ctl" -D "$WORK/base" -l "$WORK/base.log" -w -t 60 \
+        -o "-p $port -k $WORK -c listen_addresses=''" start >/dev/null
+    if [[ -n "$scale" ]]; then
+        as_pg "$PGBIN/pgbench" -i -s "$scale" -q -h "$WORK" -p "$port" postgres \
+            >"$WORK/pgbench_i.log" 2>&1
+    fi
+    for sql in "$@"; do
+        as_pg "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$WORK" -p "$port" -d postgres -c "$sql"
+    done
+    as_pg "$PGBIN/pg_ctl" -D "$WORK/base" -w -t 60 stop >/dev/null
+}
+
 # start_node N PGPORT [EXTRA_CONF]: copies the base to $WORK/nN and starts it
 # as node N of the tier3 cluster, with EXTRA_CONF appended to its config.
 start_node() {
