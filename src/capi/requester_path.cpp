@@ -49,7 +49,8 @@ constexpr uint64_t kRetryAfterLocalFailureNs = 60 * kRetryAfterNs;
 // descriptors outside its file cache (AcquireExternalFD), so that the
 // backend's own files are not starved: a socket at tier3; on verbs the device
 // contexts librdmacm opens, the rdma_cm channel, the completion channel, an
-// epoll and a timerfd (docs/architecture.md), 6 with one device.
+// epoll and a timerfd (docs/architecture.md): five with one device, and one
+// to spare.
 constexpr int kTcpLaneFds = 1;
 constexpr int kVerbsLaneFds = 6;
 
@@ -252,8 +253,9 @@ void requester_rpc(IcShared* shm, int node, const MessageHeader& mh, uint16_t fr
                             const std::string text =
                                 "requester lane to node " + std::to_string(node) +
                                 ": this process has no file descriptors to spare "
-                                "(AcquireExternalFD); its RPCs to it take the listeners "
-                                "(tried again every minute)";
+                                "(AcquireExternalFD); its RPCs to it take the listeners, "
+                                "tried again every minute (raise max_files_per_process, "
+                                "or hold fewer dblink or postgres_fdw connections)";
                             shm->errors.add(ErrorType::ConnectFailed, Severity::Warning, node,
                                             unix_time_us(), text.c_str());
                             nl.local_failure_reported = true;
