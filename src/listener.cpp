@@ -33,6 +33,7 @@ PGDLLEXPORT void pgrac_ic_listener_main(Datum arg);
 #include "in_place.hpp"
 #include "lms/handler_registry.hpp"
 #include "lms/ges_service.hpp"
+#include "lms/held_db_lock.hpp"
 #include "lms/kept_files.hpp"
 #include "pg_boundary.hpp"
 #include "shmem.hpp"
@@ -178,6 +179,7 @@ bool step() {
         worked = true;
         emit_logs();
     }
+    pgrac::glue::held_db_lock_idle();
     return worked;
 }
 
@@ -192,6 +194,7 @@ void pgrac_ic_listener_main(Datum) {
     pqsignal(SIGINT, SIG_IGN);  // a query cancel means nothing to the listener
     pgrac::ic::IcShared* shm = pgrac::glue::shared();
     before_shmem_exit(listener_exit, 0);
+    pgrac::glue::release_session_locks_at_exit();
     shm->incarnation = new_incarnation();
     shm->peers[pgrac_node_id - 1].incarnation = shm->incarnation;
 

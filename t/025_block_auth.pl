@@ -207,5 +207,79 @@ for (1 .. 100)
 is(scalar(@held), 0, "the listener closed cf_gone's file after DROP TABLE and a checkpoint")
 	or diag(join("\n", @held));
 
+# The listener keeps its lock on the database it serves between requests
+# (src/lms/held_db_lock.hpp), and gives it up as soon as someone waits for
+# it: DROP DATABASE on the server finishes at once while node 2 keeps
+# fetching from that database.
+$n1->safe_psql('postgres', 'CREATE DATABASE cf_dropme');
+$n1->safe_psql('cf_dropme', 'CREATE TABLE d AS SELECT g FROM generate_series(1, 1000) g');
+my ($d_db, $d_oid, $d_file) = split /\|/, $n1->safe_psql('cf_dropme',
+	"SELECT (SELECT oid FROM pg_database WHERE datname = 'cf_dropme'), 'd'::regclass::oid,
+	        pg_relation_filenode('d')");
+my $d_fetch = "SELECT length(pgrac_fetch_block_tag(1, $spc, $d_db, $d_file, 'main', 0, $d_oid))";
+my $d_held = "SELECT count(*) FROM pg_locks WHERE locktype = 'object' AND database = 0
+                AND classid = 'pg_database'::regclass AND objid = $d_db AND pid = $listener1";
+is($n2->safe_psql('postgres', $d_fetch), '8192', 'a block of database cf_dropme is served');
+# It is given up after 100 ms without a request: fetch again until the check
+# comes in time.
+my $seen = $n1->safe_psql('postgres', $d_held) eq '1';
+for (1 .. 10)
+{
+	last if $seen;
+	$n2->safe_psql('postgres', $d_fetch);
+	$seen = $n1->safe_psql('postgres', $d_held) eq '1';
+}
+ok($seen, "the listener still holds its lock on cf_dropme after the request");
+my $released = 0;
+for (1 .. 50)
+{
+	$released = 1, last if $n1->safe_psql('postgres', $d_held) eq '0';
+	select(undef, undef, undef, 0.1);
+}
+ok($released, '... and gives it up once no request came for a while');
+
+my $fetches = PostgreSQL::Test::Utils::tempdir() . '/fetch_dropme.sql';
+PostgreSQL::Test::Utils::append_to_file($fetches, "$d_fetch;\n");
+my $fetcher = IPC::Run::start(
+	[ 'pgbench', '-n', '-T', '10', '-c', '1', '-f', $fetches, '-h', $n2->host, '-p', $n2->port, 'postgres' ],
+	'>', \my $fetch_out, '2>', \my $fetch_err);
+for (1 .. 50)
+{
+	last if $n1->safe_psql('postgres', $d_held) eq '1';
+	select(undef, undef, undef, 0.05);
+}
+is($n1->safe_psql('postgres', $d_held), '1', 'while node 2 fetches, the listener holds the lock');
+my $t0 = time();
+($rc, $out, $err) = $n1->psql('postgres', "SET statement_timeout = '9s'; DROP DATABASE cf_dropme");
+my $took = time() - $t0;
+is($rc, 0, 'DROP DATABASE on the server succeeds while blocks of it are fetched') or diag($err);
+ok($took <= 3, "... without waiting for the fetches to stop (${took} s)");
+$fetcher->finish;
+is($n2->safe_psql('postgres', "SELECT length(pgrac_fetch_block(1, 'cf_t', 0))"),
+	'8192', 'and the listener still serves');
+
+# A listener that exits while it holds the lock leaves nothing locked behind
+# it: terminated right after a request, then DROP DATABASE of that database.
+$n1->safe_psql('postgres', 'CREATE DATABASE cf_dropme2');
+$n1->safe_psql('cf_dropme2', 'CREATE TABLE d AS SELECT g FROM generate_series(1, 1000) g');
+($d_db, $d_oid, $d_file) = split /\|/, $n1->safe_psql('cf_dropme2',
+	"SELECT (SELECT oid FROM pg_database WHERE datname = 'cf_dropme2'), 'd'::regclass::oid,
+	        pg_relation_filenode('d')");
+$d_fetch = "SELECT length(pgrac_fetch_block_tag(1, $spc, $d_db, $d_file, 'main', 0, $d_oid))";
+$d_held = "SELECT count(*) FROM pg_locks WHERE locktype = 'object' AND database = 0
+             AND classid = 'pg_database'::regclass AND objid = $d_db AND pid = $listener1";
+my $terminated = 0;
+for (1 .. 20)
+{
+	$n2->safe_psql('postgres', $d_fetch);
+	$terminated = $n1->safe_psql('postgres',
+		"SELECT pg_terminate_backend($listener1) WHERE ($d_held) = 1") eq 't';
+	last if $terminated;
+}
+ok($terminated, 'the listener was terminated while it held its lock on cf_dropme2');
+ok($c->wait_up(1) && $c->wait_up(2), 'the restarted listener is connected again');
+($rc, $out, $err) = $n1->psql('postgres', "SET statement_timeout = '9s'; DROP DATABASE cf_dropme2");
+is($rc, 0, 'DROP DATABASE after the exit: the lock went with the process') or diag($err);
+
 $c->stop_all;
 done_testing();

@@ -10,6 +10,7 @@ extern "C" {
 #include "postgres.h"
 
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "access/heapam.h"
@@ -95,6 +96,19 @@ struct DbContext {
 constexpr uint32_t kDbContexts = 16;
 DbContext g_dbs[kDbContexts];
 
+// A map written within the last 100 ms is read again on every request, not
+// remembered: file timestamps move in coarse ticks (a few ms), and a second
+// rewrite within the tick of the first would look like the same file. One
+// written before that has a timestamp no later rewrite can repeat.
+constexpr int64_t kSettledNs = 100 * 1000 * 1000;
+bool settled(const struct stat& st) {
+    struct timespec now;
+    if (clock_gettime(CLOCK_REALTIME_COARSE, &now) != 0) return false;
+    const int64_t age = (static_cast<int64_t>(now.tv_sec) - st.st_mtim.tv_sec) * 1000000000 +
+                        (now.tv_nsec - st.st_mtim.tv_nsec);
+    return age >= kSettledNs;
+}
+
 bool same_file(const DbContext& c, const struct stat& st) {
     return c.ino == st.st_ino && c.size == st.st_size && c.mtime.tv_sec == st.st_mtim.tv_sec &&
            c.mtime.tv_nsec == st.st_mtim.tv_nsec;
@@ -124,7 +138,7 @@ bool class_storage(Oid db, Oid req_spc, RelFileNode* cls, char** dbpath) {
     c = DbContext{};
     snprintf(c.map_path, sizeof c.map_path, "%s/pg_filenode.map", path);
     // stat first: a map rewritten between the two is seen by the next request.
-    const bool stated = stat(c.map_path, &st) == 0;
+    const bool stated = stat(c.map_path, &st) == 0 && settled(st);
     const Oid classfile = RelationMapOidToFilenodeForDatabase(path, RelationRelationId);
     if (stated) {
         c.db = db;

@@ -32,6 +32,7 @@ extern "C" {
 #include "lms/block_identity.hpp"
 #include "lms/block_service.hpp"
 #include "lms/handler_registry.hpp"
+#include "lms/held_db_lock.hpp"
 #include "lms/kept_files.hpp"
 #include "lms/request_server.hpp"
 #include "lms/ges_service.hpp"
@@ -240,6 +241,7 @@ __attribute__((noinline)) int serve_blocks(Oid db, Oid relid, RelFileNode rnode,
         CurrentResourceOwner = saved;
         kept_files_close_all();
         reset_block_identity_cache();
+        held_db_lock_release();
         LockRelease(&reltag, AccessShareLock, true);
         if (!shared) LockRelease(&dbtag, AccessShareLock, true);
         RESUME_INTERRUPTS();
@@ -250,6 +252,8 @@ __attribute__((noinline)) int serve_blocks(Oid db, Oid relid, RelFileNode rnode,
     // Also pg_class's: a request never reads through a stale file descriptor
     // (in place, the files kept are those that cannot be stale).
     kept_files_end();
+    // In place, the database's lock outlives the request (held_db_lock.hpp).
+    if (!shared && serving_in_place()) held_db_lock_keep(db);
     LockRelease(&reltag, AccessShareLock, true);
     if (!shared) LockRelease(&dbtag, AccessShareLock, true);
     return status;

@@ -25,6 +25,7 @@ PGDLLEXPORT void pgrac_ic_lms_main(Datum arg);
 #include "ic/adaptive_spin.hpp"
 #include "ic/atomics.hpp"
 #include "lms/ges_service.hpp"
+#include "lms/held_db_lock.hpp"
 #include "lms/request_server.hpp"
 #include "send_path.hpp"
 #include "shmem.hpp"
@@ -56,6 +57,7 @@ void pgrac_ic_lms_main(Datum arg) {
     // CHECK_FOR_INTERRUPTS outside a handler into an ERROR, and the worker
     // would exit. A query cancel means nothing to an LMS.
     pqsignal(SIGINT, SIG_IGN);
+    pgrac::glue::release_session_locks_at_exit();
     pgrac::glue::request_server_init();
 
     IcShared* shm = pgrac::glue::shared();
