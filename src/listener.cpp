@@ -230,7 +230,11 @@ void pgrac_ic_listener_main(Datum) {
     bool serving_in_place = pgrac_serve_in_place;  // as the engine was told
     while (!ShutdownRequestPending) {
         WaitEvent events[3];
-        WaitEventSetWait(set, g_engine->next_timeout_ms(), events, 3, PG_WAIT_EXTENSION);
+        // A database lock kept between requests is looked at every millisecond.
+        int timeout_ms = g_engine->next_timeout_ms();
+        const int lock_ms = pgrac::glue::held_db_lock_wait_ms();
+        if (lock_ms >= 0 && (timeout_ms < 0 || timeout_ms > lock_ms)) timeout_ms = lock_ms;
+        WaitEventSetWait(set, timeout_ms, events, 3, PG_WAIT_EXTENSION);
         ResetLatch(MyLatch);
         CHECK_FOR_INTERRUPTS();
         if (ConfigReloadPending) {

@@ -96,11 +96,13 @@ struct DbContext {
 constexpr uint32_t kDbContexts = 16;
 DbContext g_dbs[kDbContexts];
 
-// A map written within the last 100 ms is read again on every request, not
-// remembered: file timestamps move in coarse ticks (a few ms), and a second
-// rewrite within the tick of the first would look like the same file. One
-// written before that has a timestamp no later rewrite can repeat.
-constexpr int64_t kSettledNs = 100 * 1000 * 1000;
+// A map written within the last 2 s is read again on every request, not
+// remembered: file timestamps move in coarse ticks (a few ms; whole seconds on
+// some file systems), and a second rewrite within the tick of the first would
+// look like the same file. One written before that has a timestamp no later
+// rewrite can repeat. Maps are rewritten rarely (VACUUM FULL of a mapped
+// catalog), so the reads cost little.
+constexpr int64_t kSettledNs = 2000LL * 1000 * 1000;
 bool settled(const struct stat& st) {
     struct timespec now;
     if (clock_gettime(CLOCK_REALTIME_COARSE, &now) != 0) return false;

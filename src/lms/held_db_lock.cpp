@@ -18,7 +18,7 @@ namespace pgrac::glue {
 namespace {
 
 constexpr uint64_t kWaiterCheckNs = 1000 * 1000;  // 1 ms
-constexpr uint64_t kIdleNs = 100 * 1000 * 1000;   // 100 ms
+constexpr uint64_t kIdleNs = 10 * 1000 * 1000;    // 10 ms
 
 Oid g_db = InvalidOid;  // the database whose lock is held, if any
 uint64_t g_last_used = 0;
@@ -62,7 +62,15 @@ void held_db_lock_idle() {
     if (now - g_last_check < kWaiterCheckNs) return;
     g_last_check = now;
     LOCKTAG tag = tag_of(g_db);
+    if (!LockHeldByMe(&tag, AccessShareLock)) {
+        g_db = InvalidOid;  // released behind our back (a handler's aborted transaction)
+        return;
+    }
     if (LockHasWaiters(&tag, AccessShareLock, true)) held_db_lock_release();
+}
+
+int held_db_lock_wait_ms() {
+    return g_db == InvalidOid ? -1 : 1;
 }
 
 void held_db_lock_release() {

@@ -5,11 +5,11 @@
 // block's cost; with the lock held, a request's own acquire and release only
 // count in the process-local lock table.
 //
-// Nothing waits longer than it would have because of it: the lock is given up
+// Nothing waits more than a millisecond longer because of it: the lock is given up
 // as soon as another process waits for a conflicting mode (DROP DATABASE,
 // ALTER DATABASE ... SET TABLESPACE or RENAME; checked at least every
 // millisecond from the listener's loop, which never waits for a lock itself),
-// after 100 ms without a request for that database, on any error, and when the
+// after 10 ms without a request for that database, on any error, and when the
 // process exits. No PostgreSQL code asks for a conflicting lock on a database
 // without waiting, so a conditional locker is never refused because of it.
 //
@@ -30,7 +30,12 @@ void held_db_lock_keep(Oid db);
 // has not been used for a while.
 void held_db_lock_idle();
 
-// Gives the lock up now (errors, leaving serving in place).
+// How long the listener may sleep before held_db_lock_idle must look again:
+// -1 (no limit) when nothing is held.
+int held_db_lock_wait_ms();
+
+// Gives the lock up now (a handler error; turning serving in place off
+// leaves it to the idle release).
 void held_db_lock_release();
 
 // Registered once per process that serves blocks: at exit, releases every

@@ -18,6 +18,7 @@ extern "C" {
 
 #include "ic/atomics.hpp"
 #include "lms/handler_registry.hpp"
+#include "lms/held_db_lock.hpp"
 #include "lms/request_server.hpp"
 
 using namespace pgrac::ic;
@@ -39,6 +40,8 @@ bool g_declined = false;
 // with CurrentResourceOwner (the process's AuxProcessResourceOwner) are released.
 void recover_from_handler_error() {
     LWLockReleaseAll();
+    // Before a transaction's abort, which would drop it behind our back.
+    held_db_lock_release();
     ConditionVariableCancelSleep();
     pgstat_report_wait_end();
     AbortBufferIO();
