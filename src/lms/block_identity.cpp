@@ -127,7 +127,7 @@ bool class_storage(Oid db, Oid req_spc, RelFileNode* cls, char** dbpath) {
         return true;
     }
     // In place too: once per database (a 512-byte file under a shared
-    // lightweight lock), then remembered until the file changes. A changed
+    // lightweight lock), then remembered until the file changes (once settled). A changed
     // map of this database may mean a rewritten pg_class or a dropped,
     // re-created or moved database: no file kept open is used again. (Not
     // when another database's entry is replaced: its files are the redo
