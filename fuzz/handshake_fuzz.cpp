@@ -28,7 +28,7 @@ class Policy : public HandshakePolicy {
     LaneState lane_state(uint16_t node_id, uint8_t lane) override {
         return LaneState{node_id * 7u + lane, node_id * 1000u + lane};
     }
-    RejectReason admit(uint16_t, uint64_t, uint8_t, std::string*) override {
+    RejectReason admit(uint16_t, uint64_t, uint64_t, uint64_t, uint8_t, std::string*) override {
         return RejectReason::None;
     }
 };
@@ -39,6 +39,7 @@ LocalIdentity identity(uint16_t node) {
     id.system_id = 0x1122334455667788ULL;
     id.node_id = node;
     id.incarnation = 77 + node;
+    id.instance = 77 + node;
     const std::string key = "fuzz-key-0123456789abcdef";
     id.key.assign(key.begin(), key.end());
     return id;

@@ -61,7 +61,9 @@ CREATE FUNCTION pgrac_ic_peers(
     OUT incarnation bigint, OUT epoch bigint, OUT rtt_us float8, OUT queued_msgs bigint,
     OUT queued_bytes bigint, OUT unacked_msgs bigint, OUT last_heard timestamptz,
     OUT notes_recv bigint, OUT wire_protection text, OUT session_resets bigint,
-    OUT last_error text)
+    OUT last_error text, OUT instance bigint, OUT peer_timeout_ms int,
+    OUT heartbeat_interval_ms int, OUT config_mismatch text, OUT config_refusals bigint,
+    OUT duplicate_refusals bigint)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'pgrac_ic_peers' LANGUAGE C STRICT VOLATILE PARALLEL SAFE;
 
@@ -171,7 +173,8 @@ CREATE FUNCTION pgrac_membership(
     OUT node_id int, OUT state text, OUT epoch bigint, OUT members int[],
     OUT lease_valid boolean, OUT lease_remaining_ms bigint, OUT fence_count bigint,
     OUT accepted_epoch bigint, OUT accepted_members int[], OUT quorum int,
-    OUT stale_epoch_messages bigint, OUT epoch_requests bigint)
+    OUT stale_epoch_messages bigint, OUT epoch_requests bigint, OUT instance bigint,
+    OUT lease_ms int, OUT exclusion_window_ms int, OUT future_epoch_messages bigint)
 RETURNS record
 AS 'MODULE_PATHNAME', 'pgrac_membership' LANGUAGE C STRICT VOLATILE;
 

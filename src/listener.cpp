@@ -99,6 +99,8 @@ pgrac::ic::EngineConfig make_config(pgrac::ic::IcShared* shm) {
     cfg.identity.system_id = GetSystemIdentifier();
     cfg.identity.node_id = static_cast<uint16_t>(pgrac_node_id);
     cfg.identity.incarnation = shm->incarnation;
+    cfg.identity.instance = shm->membership.self_instance;
+    cfg.identity.settings = shm->settings;
     cfg.nodes = pgrac::glue::configured_nodes();
     cfg.bulk_lanes = pgrac_tcp_paths;
     cfg.heartbeat_interval_ms = pgrac_heartbeat_interval_ms;

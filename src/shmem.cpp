@@ -11,6 +11,9 @@ extern "C" {
 #include "storage/shmem.h"
 }
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdio>
 
 #include "guc.hpp"
@@ -40,9 +43,35 @@ void request_shmem() {
     RequestAddinShmemSpace(pgrac::ic::shared_size(sizing()));
 }
 
+// This instance for the membership: older instances have smaller numbers
+// (among claimants of one node id, the older wins: ic/membership.hpp).
+uint64_t new_instance() {
+    uint64_t r = 0;
+    if (!pg_strong_random(&r, sizeof r)) r = static_cast<uint64_t>(MyProcPid);
+    const uint64_t v =
+        (static_cast<uint64_t>(pgrac::ic::unix_time_us()) << 8 ^ (r & 0xff)) & 0x7fffffffffffffffULL;
+    return v == 0 ? 1 : v;
+}
+
 void fill_shared(pgrac::ic::IcShared* shm) {
     shm->my_node_id = static_cast<uint32_t>(pgrac_node_id);
     shm->started_us = pgrac::ic::unix_time_us();
+    shm->membership.self_instance = new_instance();
+    char host[256] = "";
+    struct stat st;
+    if (gethostname(host, sizeof host - 1) == 0 && DataDir != nullptr && stat(DataDir, &st) == 0)
+        shm->membership.self_location = pgrac::ic::instance_location(
+            host, static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino));
+    // Lease words count from here (ic/membership.hpp): small whatever the clock.
+    shm->membership.clock_base_ms = pgrac::ic::boottime_ms() - 1;
+    shm->settings.lms_workers = static_cast<uint16_t>(pgrac_lms_workers);
+    shm->settings.tcp_paths = static_cast<uint8_t>(pgrac_tcp_paths);
+    shm->settings.witnesses = witness_mask();
+    try {
+        shm->settings.nodes_digest = pgrac::ic::cluster_nodes_digest(configured_nodes());
+    } catch (const std::exception&) {
+        // Left 0: every peer refuses us with config_mismatch naming cluster.nodes.
+    }
     for (const pgrac::ic::NodeAddress& n : configured_nodes()) {
         pgrac::ic::PeerShared& p = shm->peers[n.node_id - 1];
         p.node_id = n.node_id;

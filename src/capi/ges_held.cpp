@@ -23,7 +23,7 @@ int g_nheld = 0;
 // This node's fence count now (a lapsed lease is marked fenced first).
 uint32_t node_fences() {
     IcShared* shm = shared();
-    (void)fence_if_lapsed(&shm->membership, monotonic_ns() / 1000000);
+    (void)fence_if_lapsed(&shm->membership, lease_now_ms(&shm->membership));
     return lease_fences(lease_word(&shm->membership));
 }
 

@@ -117,6 +117,9 @@ LocalIdentity identity(IcShared* shm) {
     id.system_id = GetSystemIdentifier();
     id.node_id = static_cast<uint16_t>(pgrac_node_id);
     id.incarnation = load_acquire(&shm->incarnation);
+    id.instance = shm->membership.self_instance;
+    id.location = shm->membership.self_location;
+    id.settings = shm->settings;
     id.max_message = PGRAC_IC_MAX_MESSAGE;
     id.protection = static_cast<WireProtection>(pgrac_wire_protection);
     if (g_key != nullptr) id.key = *g_key;

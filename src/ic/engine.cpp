@@ -27,6 +27,17 @@ NodeMask configured_mask(const std::vector<NodeAddress>& nodes) {
     for (const NodeAddress& n : nodes) m |= node_bit(n.node_id);
     return m;
 }
+
+// The instance the handshake offers is the one the membership binds: the
+// shared memory's (the glue sets it when it creates the region; a region
+// without one, as in tests, takes the listener's incarnation).
+MembershipShared* with_instance(IcShared* shm, LocalIdentity* identity) {
+    MembershipShared* m = &shm->membership;
+    if (m->self_instance == 0) m->self_instance = identity->incarnation != 0 ? identity->incarnation : 1;
+    identity->instance = m->self_instance;
+    if (identity->location == 0) identity->location = m->self_location;
+    return m;
+}
 }  // namespace
 
 Engine::Engine(EngineConfig config, IcShared* shm, EngineHost& host, const TransportFactory& make)
@@ -37,7 +48,7 @@ Engine::Engine(EngineConfig config, IcShared* shm, EngineHost& host, const Trans
       membership_(MembershipConfig{cfg_.identity.node_id,
                                    configured_mask(cfg_.nodes) | node_bit(cfg_.identity.node_id),
                                    cfg_.heartbeat_interval_ms, cfg_.peer_timeout_ms},
-                  &shm_->membership) {
+                  with_instance(shm_, &cfg_.identity)) {
     membership_.set_unix_clock(&unix_time_us);
     transport_ = make(*this);
     peer_index_.assign(kMaxNodes + 1, -1);

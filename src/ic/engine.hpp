@@ -69,9 +69,10 @@ class EngineHost {
 
 using TransportFactory = std::function<std::unique_ptr<tiers::Transport>(tiers::TransportHandler&)>;
 
-// The engine's clock for timers and liveness: monotonic microseconds.
+// The engine's clock for timers, liveness and leases: CLOCK_BOOTTIME
+// microseconds (it counts a suspend, so a lease never outlives one).
 inline int64_t now_us() {
-    return static_cast<int64_t>(monotonic_ns() / 1000);
+    return static_cast<int64_t>(boottime_ns() / 1000);
 }
 
 class Engine final : public tiers::TransportHandler, public HandshakePolicy {
@@ -110,7 +111,7 @@ class Engine final : public tiers::TransportHandler, public HandshakePolicy {
     void set_timing(int heartbeat_interval_ms, int peer_timeout_ms) {
         cfg_.heartbeat_interval_ms = heartbeat_interval_ms;
         cfg_.peer_timeout_ms = peer_timeout_ms;
-        membership_.set_timing(heartbeat_interval_ms, peer_timeout_ms);
+        membership_.set_timing(heartbeat_interval_ms, peer_timeout_ms, now_us());
     }
     // Which request types the owner serves in place (configuration reload).
     // Takes effect once nothing waits in an LMS inbox or for the owner, so that
@@ -133,8 +134,8 @@ class Engine final : public tiers::TransportHandler, public HandshakePolicy {
     RejectReason check_peer(uint16_t node_id, const std::string& peer_address,
                             uint8_t lane) override;
     LaneState lane_state(uint16_t node_id, uint8_t lane) override;
-    RejectReason admit(uint16_t node_id, uint64_t incarnation, uint8_t lane,
-                       std::string* why) override;
+    RejectReason admit(uint16_t node_id, uint64_t incarnation, uint64_t instance,
+                       uint64_t location, uint8_t lane, std::string* why) override;
 
   private:
     struct Lane {
@@ -157,6 +158,7 @@ class Engine final : public tiers::TransportHandler, public HandshakePolicy {
         bool dialer = false;  // we dial lower -> higher node id
         PeerState state = PeerState::Down;
         uint64_t incarnation = 0;
+        std::string owner_host;  // where the admitted instance connected from (or was dialed)
         int64_t last_heard_us = 0;
         int64_t next_heartbeat_us = 0;
         int64_t hold_until_us = 0;          // the peer asked us to back off until then
@@ -276,6 +278,8 @@ class Engine final : public tiers::TransportHandler, public HandshakePolicy {
     void on_heartbeat(Peer& p, const FrameHeader& h, const uint8_t* payload);
     // Membership (engine_links.cpp): its timers, and gossip to every peer at once.
     void membership_tick(int64_t now_us);
+    void note_config_refusal(const Handshake& hs);
+    void set_config_mismatch(Peer& p, const std::string& text);
     void on_ack(Peer& p, Lane& l, uint32_t ack);
     void flush_acks(int64_t now_us);
     void declare_down(Peer& p, const std::string& why);

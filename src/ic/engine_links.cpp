@@ -19,7 +19,8 @@ constexpr int kMaxBackoffMs = 1000;
 // u8 kind, 3 pad, u32 epoch, u64 timestamp (the ping's send time), then the
 // membership gossip (ic/membership.hpp).
 constexpr size_t kHeartbeatHead = 16;
-constexpr size_t kHeartbeatSize = kHeartbeatHead + kGossipSize;
+constexpr size_t kHeartbeatMinSize = kHeartbeatHead + kGossipFixedSize;
+constexpr size_t kHeartbeatMaxSize = kHeartbeatHead + kGossipMaxSize;
 constexpr uint8_t kHeartbeatPing = 0;
 constexpr uint8_t kHeartbeatPong = 1;
 
@@ -66,7 +67,9 @@ ErrorType error_type_for(RejectReason r) {
         case RejectReason::DuplicateNode:
             return ErrorType::DuplicateNode;
         case RejectReason::Busy:
-            return ErrorType::UnauthenticatedLimit;
+            return ErrorType::Busy;
+        case RejectReason::ConfigMismatch:
+            return ErrorType::ConfigMismatch;
         default:
             return ErrorType::HandshakeFailed;
     }
@@ -150,7 +153,7 @@ void Engine::run_timers(int64_t now) {
             }
         }
         if (p.state == PeerState::Up && now >= p.next_heartbeat_us) {
-            send_heartbeat(p, kHeartbeatPing, monotonic_ns());
+            send_heartbeat(p, kHeartbeatPing, boottime_ns());
             p.next_heartbeat_us = now + 1000 * cfg_.heartbeat_interval_ms;
         }
         if (p.state == PeerState::Up) next = std::min(next, p.next_heartbeat_us);
@@ -454,12 +457,22 @@ void Engine::send_handshake(tiers::ConnId id, const std::vector<HandshakeOutput>
 
 void Engine::handshake_failed(tiers::ConnId id, Conn& c) {
     const Handshake& hs = *c.handshake;
+    note_config_refusal(hs);
     // A requester lane refused because of state (the node is not UP here yet,
-    // another instance, the lane limit) is routine: the requester takes the
-    // listener path and tries again later. Not an error of anyone's.
+    // the lane limit, another instance) is routine: the requester takes the
+    // listener path and tries again later. Counted, and logged as a note
+    // (busy) or a warning (duplicate_node: an instance we do not know holds
+    // the key), throttled: every backend of that node may be refused so.
     if (!c.dialer && hs.lane() == kRequesterLane &&
         (hs.reject_reason() == RejectReason::Busy ||
          hs.reject_reason() == RejectReason::DuplicateNode)) {
+        const bool busy = hs.reject_reason() == RejectReason::Busy;
+        report_throttled(error_type_for(hs.reject_reason()),
+                         busy ? Severity::Info : Severity::Warning, -1,
+                         "refused requester lane from " + c.peer_host + ": " + hs.error_text() +
+                             (busy ? " (its node is not UP here, or has " +
+                                         std::to_string(kMaxRequesterLanes) + " lanes already)"
+                                   : std::string()));
         close_conn(id);
         return;
     }
@@ -519,6 +532,18 @@ void Engine::establish(tiers::ConnId id, Conn& c) {
     transport_->set_max_payload(
         id, static_cast<uint32_t>(kMessageHeaderSize + cfg_.identity.max_message + kFrameTagSize));
     if (l.conn != 0 && l.conn != id) close_conn(l.conn);  // the peer reconnected
+    if (membership_.owner(pid.node_id) != pid.instance) {
+        if (membership_.owner(pid.node_id) != 0)
+            report(ErrorType::DuplicateNode, Severity::Warning, pid.node_id,
+                   "node " + std::to_string(pid.node_id) + " is now instance " +
+                       std::to_string(pid.instance) + " (connected from " + c.peer_host +
+                       "), no longer instance " + std::to_string(membership_.owner(pid.node_id)) +
+                       (p.owner_host.empty() ? "" : " (connected from " + p.owner_host + ")"));
+        membership_.set_owner(pid.node_id, pid.instance, pid.location);
+        store_relaxed(&p.shm->instance, pid.instance);
+    }
+    p.owner_host = c.dialer ? p.addr.host + ":" + std::to_string(p.addr.port) : c.peer_host;
+    if (p.shm->config_mismatch[0] != '\0') set_config_mismatch(p, "");
     if (p.incarnation != 0 && p.incarnation != pid.incarnation)
         peer_restarted(p, pid.incarnation, id, pid.lane);
     p.incarnation = pid.incarnation;
@@ -596,26 +621,54 @@ RejectReason Engine::check_peer(uint16_t node_id, const std::string& peer_addres
     return RejectReason::None;
 }
 
-// One instance per node id: while any lane is connected to one incarnation of
-// a node, another incarnation claiming that node is refused (an impersonator
-// with the key, or two instances configured with the same cluster.node_id).
-// A node that really restarted left no connection up (its sockets closed, or
-// cluster.peer_timeout declared it DOWN), so it is admitted then.
-RejectReason Engine::admit(uint16_t node_id, uint64_t incarnation, uint8_t lane, std::string* why) {
+// One instance per node id (Membership::claim_verdict, docs/ges.md "One
+// instance per node id"): the instance a view of ours binds keeps the id; among
+// the others the older wins while it is alive. Another incarnation of the same
+// instance is its listener restarted: admitted once its old lanes are gone
+// (one connection per lane).
+RejectReason Engine::admit(uint16_t node_id, uint64_t incarnation, uint64_t instance,
+                           uint64_t location, uint8_t lane, std::string* why) {
     Peer* p = peer_by_node(node_id);
     if (p == nullptr) return RejectReason::UnknownNode;
     if (lane == kRequesterLane) return admit_requester(*p, incarnation, why);
-    if (p->incarnation == 0 || p->incarnation == incarnation) return RejectReason::None;
     int up = 0;
     for (const Lane& l : p->lanes) up += l.up ? 1 : 0;
-    if (up == 0) return RejectReason::None;
-    *why = "node " + std::to_string(node_id) + " is connected as incarnation " +
-           std::to_string(p->incarnation) + " (" + std::to_string(up) +
-           " lanes up); another instance claiming node " + std::to_string(node_id) +
-           " (incarnation " + std::to_string(incarnation) +
-           ") is refused: are two instances configured with cluster.node_id = " +
-           std::to_string(node_id) + "?";
+    const uint64_t owner = membership_.owner(node_id);
+    if (owner == instance || owner == 0) {
+        if (p->incarnation == 0 || p->incarnation == incarnation || up == 0)
+            return RejectReason::None;
+        *why = "node " + std::to_string(node_id) + " is connected as incarnation " +
+               std::to_string(p->incarnation) + " (" + std::to_string(up) +
+               " lanes up); incarnation " + std::to_string(incarnation) +
+               " of the same instance is refused until those lanes close";
+        return RejectReason::DuplicateNode;
+    }
+    std::string reason;
+    const ClaimVerdict v =
+        membership_.claim_verdict(node_id, instance, location, up > 0, now_us(), &reason);
+    if (v != ClaimVerdict::Refuse) return RejectReason::None;
+    *why = "are two instances configured with cluster.node_id = " + std::to_string(node_id) +
+           "? " + reason + ", at " + (p->owner_host.empty() ? p->addr.host : p->owner_host);
+    count(&p->shm->duplicate_refusals);
     return RejectReason::DuplicateNode;
+}
+
+// A refusal for settings that differ, either way, is kept on the peer's row
+// of pg_cluster_ic_peers (config_mismatch, config_refusals) until a handshake
+// with it succeeds.
+void Engine::note_config_refusal(const Handshake& hs) {
+    if (hs.reject_reason() != RejectReason::ConfigMismatch || !hs.peer_authenticated()) return;
+    Peer* p = peer_by_node(hs.claimed_node());
+    if (p == nullptr) return;
+    count(&p->shm->config_refusals);
+    set_config_mismatch(*p, hs.error_text());
+}
+
+void Engine::set_config_mismatch(Peer& p, const std::string& text) {
+    char* out = p.shm->config_mismatch;
+    const size_t cap = sizeof p.shm->config_mismatch;
+    for (size_t b = 0; b < cap; b++)
+        store_relaxed(&out[b], b < text.size() && b + 1 < cap ? text[b] : '\0');
 }
 
 // ---- control frames, heartbeats, acks
@@ -641,48 +694,54 @@ void Engine::send_control(tiers::ConnId conn, Lane* lane, FrameType type, uint16
 void Engine::send_heartbeat(Peer& p, uint8_t kind, uint64_t ts_ns) {
     Lane& l = p.lanes[0];
     if (!l.up) return;
-    uint8_t b[kHeartbeatSize] = {};
+    uint8_t b[kHeartbeatMaxSize] = {};
     b[0] = kind;
     const uint32_t epoch = load_relaxed(&shm_->epoch);
     codec::store_le(b + 4, epoch);
     codec::store_le(b + 8, ts_ns);
     Gossip g = membership_.gossip();
     // A pong counts toward the pinger's lease only from within our accepted view.
-    if (kind == kHeartbeatPong && membership_.in_accepted_view(p.addr.node_id))
+    if (kind == kHeartbeatPong && membership_.echo_for(p.addr.node_id, now_us()))
         g.flags |= kGossipInView;
     encode_gossip(g, b + kHeartbeatHead);
-    send_control(l.conn, &l, FrameType::Heartbeat, kFlagControlLane, b, kHeartbeatSize);
+    send_control(l.conn, &l, FrameType::Heartbeat, kFlagControlLane, b,
+                 static_cast<uint32_t>(kHeartbeatHead + gossip_size(g)));
 }
 
 void Engine::on_heartbeat(Peer& p, const FrameHeader& h, const uint8_t* payload) {
-    if (h.payload_len != kHeartbeatSize) {
+    if (h.payload_len < kHeartbeatMinSize || h.payload_len > kHeartbeatMaxSize) {
         drop_conn(p.lanes[0].conn, p, ErrorType::MalformedFrame,
                   "heartbeat of " + std::to_string(h.payload_len) + " bytes from node " +
                       std::to_string(p.addr.node_id) + " (expected " +
-                      std::to_string(kHeartbeatSize) + ")");
+                      std::to_string(kHeartbeatMinSize) + " to " +
+                      std::to_string(kHeartbeatMaxSize) + ")");
         return;
     }
     const auto epoch = codec::load_le<uint32_t>(payload + 4);
     const auto ts = codec::load_le<uint64_t>(payload + 8);
     Gossip g;
     if (payload[0] > kHeartbeatPong ||
-        !decode_gossip(payload + kHeartbeatHead, kGossipSize, membership_.configured(), &g)) {
+        !decode_gossip(payload + kHeartbeatHead, h.payload_len - kHeartbeatHead,
+                       membership_.configured(), &g)) {
         report(ErrorType::MalformedFrame, Severity::Warning, p.addr.node_id,
                "heartbeat with a malformed membership part from node " +
                    std::to_string(p.addr.node_id) + " ignored");
         return;
     }
     store_relaxed(&p.shm->epoch_seen, epoch);
+    store_relaxed(&p.shm->peer_timeout_ms, g.peer_timeout_ms);
+    store_relaxed(&p.shm->heartbeat_interval_ms, g.heartbeat_interval_ms);
     const int64_t now_mono = now_us();
     if (payload[0] == kHeartbeatPing) {
         membership_.on_gossip(p.addr.node_id, g, now_mono);
         send_heartbeat(p, kHeartbeatPong, ts);
     } else {
-        const uint64_t now = monotonic_ns();
+        const uint64_t now = boottime_ns();
         if (now > ts) store_relaxed(&p.shm->rtt_ns, now - ts);
+        // Gossip first: the echo is good for the timeout the pong carries.
+        membership_.on_gossip(p.addr.node_id, g, now_mono);
         membership_.on_echo(p.addr.node_id, static_cast<int64_t>(ts / 1000),
                             (g.flags & kGossipInView) != 0, now_mono);
-        membership_.on_gossip(p.addr.node_id, g, now_mono);
     }
     membership_tick(now_mono);
 }
@@ -692,6 +751,8 @@ void Engine::membership_tick(int64_t now) {
     for (const std::string& line : membership_.take_logs()) host_.log(Severity::Info, line);
     // Counted too (pg_cluster_rdma_error_totals): a fence as fenced, every
     // other change of this node's view as membership_change.
+    for (const auto& [node, text] : membership_.take_drift())
+        report(ErrorType::ConfigDrift, Severity::Warning, node, "config_drift: " + text);
     for (const auto& [event, text] : membership_.take_events()) {
         const bool fenced = event == MembershipEvent::Fenced;
         shm_->errors.add(fenced ? ErrorType::Fenced : ErrorType::MembershipChange,
@@ -710,7 +771,7 @@ void Engine::membership_tick(int64_t now) {
     // Tell everyone now rather than at the next heartbeat: proposals, votes
     // and commits then take one round trip each.
     for (Peer& p : peers_)
-        if (p.state == PeerState::Up) send_heartbeat(p, kHeartbeatPing, monotonic_ns());
+        if (p.state == PeerState::Up) send_heartbeat(p, kHeartbeatPing, boottime_ns());
 }
 
 void Engine::on_ack(Peer& p, Lane& l, uint32_t ack) {

@@ -20,9 +20,17 @@ int Engine::requester_lanes(int peer) const {
 }
 
 RejectReason Engine::admit_requester(const Peer& p, uint64_t incarnation, std::string* why) {
-    if (p.state == PeerState::Up && p.incarnation == incarnation) return RejectReason::None;
-    *why = "requester lane of node " + std::to_string(p.addr.node_id) + " incarnation " +
-           std::to_string(incarnation) + " refused: that instance is not UP here";
+    const std::string lane = "requester lane of node " + std::to_string(p.addr.node_id) +
+                             " incarnation " + std::to_string(incarnation) + " refused: ";
+    // Went DOWN since the Hello (check_peer): the same busy as then, since
+    // which instance is the node's cannot be told while none is UP.
+    if (p.state != PeerState::Up) {
+        *why = lane + "node " + std::to_string(p.addr.node_id) + " is not UP here";
+        return RejectReason::Busy;
+    }
+    if (p.incarnation == incarnation) return RejectReason::None;
+    *why = lane + "node " + std::to_string(p.addr.node_id) + " is UP here as incarnation " +
+           std::to_string(p.incarnation);
     return RejectReason::DuplicateNode;
 }
 

@@ -52,6 +52,11 @@ const char* const kTypeNames[kTypes] = {
     "frame_auth_failed",
     "unauthenticated_limit",
     "accept_paused",
+    "config_mismatch",
+    "config_drift",
+    "busy",
+    "future_epoch",
+    "barrier_overdue",
 };
 
 // A writer waits this long for an older writer of the same slot (which only

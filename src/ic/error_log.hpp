@@ -42,6 +42,11 @@ enum class ErrorType : uint16_t {
     FrameAuthFailed,       // a frame's tag did not verify (forged, altered, replayed, reordered)
     UnauthenticatedLimit,  // an accepted connection closed: too many still unauthenticated
     AcceptPaused,          // accept failed (EMFILE, ...): not accepting for a while
+    ConfigMismatch,        // a peer's safety or routing settings differ from ours: refused
+    ConfigDrift,           // a peer's timing settings differ: leases take the safe value
+    Busy,                  // a connection refused as busy (requester lanes, peer not UP)
+    FutureEpoch,           // a GES message of an epoch this node has not committed yet
+    BarrierOverdue,        // a replay barrier waited too long for a member's marker
     kCount
 };
 const char* error_type_name(ErrorType t);  // "wrong_key", ...

@@ -94,6 +94,10 @@ GesWireError check_message(const GesMessage& m) {
     switch (m.type) {
         case GesMsgType::WaitHint:
             return m.worker < kMaxWireWorkers ? GesWireError::None : GesWireError::BadWorker;
+        case GesMsgType::ReplayDone:
+            return m.n_workers >= 1 && m.n_workers <= kMaxWireWorkers && m.worker < m.n_workers
+                       ? GesWireError::None
+                       : GesWireError::BadWorker;
         case GesMsgType::EdgesRequest:
             return m.round != 0 && m.wait_ms != 0 ? GesWireError::None : GesWireError::BadRound;
         case GesMsgType::Edges:
@@ -207,6 +211,8 @@ const char* ges_msg_type_name(GesMsgType t) {
             return "edges_request";
         case GesMsgType::Edges:
             return "edges";
+        case GesMsgType::ReplayDone:
+            return "replay_done";
     }
     return "unknown";
 }
@@ -281,6 +287,9 @@ bool operator==(const GesMessage& a, const GesMessage& b) {
         case GesMsgType::Edges:
             return a.round == b.round && a.worker == b.worker && a.flags == b.flags &&
                    a.edges == b.edges;
+        case GesMsgType::ReplayDone:
+            return a.worker == b.worker && a.n_workers == b.n_workers && a.replayed == b.replayed &&
+                   a.witnesses == b.witnesses;
     }
     return false;
 }
@@ -369,6 +378,12 @@ GesWireError encode_ges_message(const GesMessage& m, std::vector<uint8_t>* out) 
                 w.le<uint64_t>(e.order);
                 put_resource(w, e.resource);
             }
+            break;
+        case GesMsgType::ReplayDone:
+            w.le<uint16_t>(m.worker);
+            w.le<uint16_t>(m.n_workers);
+            w.le<uint32_t>(m.replayed);
+            w.le<uint64_t>(m.witnesses);
             break;
     }
     return GesWireError::None;
@@ -484,6 +499,12 @@ GesWireError decode_ges_message(const uint8_t* in, size_t len, GesMessage* out) 
             }
             break;
         }
+        case GesMsgType::ReplayDone:
+            m.worker = r.le<uint16_t>();
+            m.n_workers = r.le<uint16_t>();
+            m.replayed = r.le<uint32_t>();
+            m.witnesses = r.le<uint64_t>();
+            break;
     }
     if (!r.ok()) return GesWireError::Truncated;
     if (!r.at_end()) return GesWireError::TrailingBytes;

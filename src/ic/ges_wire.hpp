@@ -20,6 +20,9 @@
 //   Replay            u8 flags (bit 0: last batch from this node), u8 reserved (0), u16 count,
 //                     count entries: owner, u64 request_id, i64 since, u8 state,
 //                     u8 granted_mode, u8 requested_mode, u8 flags, u64 token, resource
+//   ReplayDone        u16 worker, u16 n_workers (1..16, worker below it), u32 replayed,
+//                     u64 witnesses     (the replay barrier's marker: docs/ges.md,
+//                     "Epochs and the rebuild")
 //   WaitHint          u16 worker, u32 oldest_wait_ms          (cluster-wide deadlock search:
 //   EdgesRequest      u64 round (nonzero), u32 min_wait_ms     see docs/ges.md, "Deadlocks")
 //   Edges             u64 round (nonzero), u16 worker, u8 flags (bit 0: last part, bit 1:
@@ -56,8 +59,12 @@ enum class GesMsgType : uint8_t {
     WaitHint = 10,      // an LMS worker -> the coordinator: I have a request waiting too long
     EdgesRequest = 11,  // the coordinator -> an LMS worker: your wait-for edges, please
     Edges = 12,         // the worker's answer, in one or more parts
+    // An LMS worker -> a master's worker of the same index: my replay to you in
+    // this epoch is complete; it names the sender's worker and the settings the
+    // replay's routing rests on, which the master checks against its own.
+    ReplayDone = 13,
 };
-inline constexpr uint8_t kMaxGesMsgType = 12;
+inline constexpr uint8_t kMaxGesMsgType = 13;
 const char* ges_msg_type_name(GesMsgType t);
 
 enum ReplayFlag : uint8_t { kReplayLast = 0x01 };
@@ -73,7 +80,8 @@ inline constexpr uint16_t kMaxReplayEntries = 600;
 inline constexpr size_t kMaxGesMessage = 65536;
 // Largest encoded edge is 104 bytes: 600 of them and the 22-byte head fit.
 inline constexpr uint16_t kMaxEdgeEntries = 600;
-// LMS worker indexes on the wire (WaitHint, Edges) are below this.
+// LMS worker indexes on the wire (WaitHint, Edges, ReplayDone) are below this,
+// and a ReplayDone's n_workers is at most this.
 inline constexpr uint16_t kMaxWireWorkers = 16;
 
 // One decoded message; only the fields its type uses are meaningful.
@@ -90,9 +98,14 @@ struct GesMessage {
     DenyReason reason = DenyReason::Cancelled;  // Cancel, Deny
     std::vector<ReplayEntry> entries;           // Replay
     uint64_t round = 0;                         // EdgesRequest, Edges: the search round
-    uint16_t worker = 0;                        // WaitHint, Edges: the sender's LMS index
+    uint16_t worker = 0;             // WaitHint, Edges, ReplayDone: the sender's LMS index
     uint32_t wait_ms = 0;            // WaitHint: oldest wait; EdgesRequest: min_wait_ms (> 0)
     std::vector<WaitForEdge> edges;  // Edges (flags: EdgesFlag)
+    // ReplayDone: the sender's cluster.lms_workers, how many replay entries it
+    // sent this master in the epoch, and its cluster.witness_nodes (bit id-1).
+    uint16_t n_workers = 1;
+    uint32_t replayed = 0;
+    uint64_t witnesses = 0;
 };
 bool operator==(const GesMessage& a, const GesMessage& b);
 

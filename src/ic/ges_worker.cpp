@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <set>
 #include <utility>
 
 namespace pgrac::ic::ges {
@@ -14,6 +15,11 @@ namespace {
 constexpr int64_t kWaitCheckUs = 50000;
 // How often a worker looks for local owners whose backend is gone.
 constexpr int64_t kReapUs = 250000;
+// A replay barrier still missing a member's marker after this many
+// peer_timeouts asks the membership for a new epoch; by then membership would
+// have removed a member that went silent (docs/ges.md, "When a barrier
+// cannot complete").
+constexpr int64_t kBarrierBoundTimeouts = 2;
 
 std::string list_text(const std::vector<uint16_t>& v) {
     std::string s = "{";
@@ -174,10 +180,11 @@ void Worker::release_owner(Owner o, int64_t now) {
 // The worker follows the committed view and this node's lease
 // (ic/membership.hpp), never raw peer states. In each epoch every master
 // starts from an empty table, rebuilt from every member's registry
-// (replay), and serves nothing until each member's last batch of that
-// epoch has arrived: no timeout ends the barrier early. Messages of an
-// older epoch are refused; those of a newer one wait until this worker
-// has adopted it.
+// (replay), and serves nothing until each member's marker of that epoch
+// has arrived and checked out: no timeout ends the barrier early, one that
+// waits too long asks for a new epoch. Messages of an older epoch are
+// refused; those of a newer one wait (for a while) until this worker has
+// adopted it.
 
 void Worker::check_membership(int64_t now) {
     const uint64_t now_ms = host_.monotonic_ms();
@@ -251,17 +258,20 @@ void Worker::start_epoch(const View& v, int64_t now) {
     epoch_ = v.epoch;
     live_.clear();
     masters_.clear();
+    epoch_witnesses_ = host_.witnesses();
     for (uint16_t n : mask_nodes(v.members)) {
         live_.push_back(n);
-        if (!is_witness(n)) masters_.push_back(n);
+        if ((epoch_witnesses_ & node_bit(n)) == 0) masters_.push_back(n);
     }
     table_ = LockTable(self_);
     tokens_.clear();
     table_.begin_replay();
     replaying_ = true;
-    barrier_since_ = now;
+    replay_.clear();
+    for (uint16_t n : live_) replay_[n];
+    barrier_start_ms_ = host_.monotonic_ms();
+    barrier_deadline_ms_ = barrier_start_ms_ + static_cast<uint64_t>(replay_barrier_bound_ms());
     barrier_warned_ = false;
-    replay_done_.clear();
     cancelling_.clear();
     orphans_.clear();
     round_.finish();
@@ -273,44 +283,16 @@ void Worker::start_epoch(const View& v, int64_t now) {
     else
         log(WorkerLogLevel::Debug, "GES (LMS " + std::to_string(index_) + "): epoch " +
                                        std::to_string(epoch_) + "; rebuilding the shard");
-    // Client side: every member gets our locks it masters now (possibly
-    // none: the last-batch marker is what it waits for).
+    // Client side: every master gets our locks it masters now.
     std::map<uint16_t, std::vector<ReplayEntry>> by_master;
-    for (uint16_t m : masters_) by_master[m];
     for (ReplayEntry e : registry_.locks()) {
         auto t = held_tokens_.find(Key{e.resource, e.owner});
         if (t != held_tokens_.end() && e.state != LockState::Waiting) e.token = t->second;
         by_master[master_for(e.resource, masters_)].push_back(e);
     }
-    size_t replayed = 0, kept = 0;
-    for (auto& [m, entries] : by_master) {
-        kept += entries.size();
-        std::vector<std::vector<uint8_t>> bodies = encode_replay_messages(entries, epoch_);
-        for (std::vector<uint8_t>& body : bodies) {
-            GesMessage count_m;
-            if (decode_ges_message(body.data(), body.size(), &count_m) == GesWireError::None)
-                replayed += count_m.entries.size();
-        }
-        for (std::vector<uint8_t>& body : bodies) {
-            if (m == self_) {
-                GesMessage dm;
-                if (decode_ges_message(body.data(), body.size(), &dm) == GesWireError::None)
-                    on_master(self_, dm, now);
-            } else {
-                host_.send(m, GesChannel::Master, index_, std::move(body));
-            }
-        }
-    }
-    if (replayed != kept) {
-        // An entry the wire cannot carry would be dropped from every
-        // table: say so loudly (it must not happen).
-        const std::string text = "GES (LMS " + std::to_string(index_) + "): epoch " +
-                                 std::to_string(epoch_) + ": " + std::to_string(kept - replayed) +
-                                 " registry entries could not be replayed";
-        log(WorkerLogLevel::Warning, text);
-        host_.record_error(ErrorType::Internal, Severity::Error, -1, text);
-    }
-    // Messages of this epoch that came before we adopted it.
+    send_replay(by_master, now);
+    // Messages of this epoch that came before we adopted it; those of an
+    // epoch passed over will never be served here.
     std::vector<Stashed> later;
     std::vector<Stashed> now_due;
     for (Stashed& s : stash_) {
@@ -318,6 +300,10 @@ void Worker::start_epoch(const View& v, int64_t now) {
             later.push_back(std::move(s));
         else if (s.m.epoch == epoch_)
             now_due.push_back(std::move(s));
+        else
+            drop_future(s.src, s.m, Severity::Info,
+                        "its epoch was never served here (this worker went on to epoch " +
+                            std::to_string(epoch_) + ")");
     }
     stash_ = std::move(later);
     for (Stashed& s : now_due) {
@@ -329,17 +315,99 @@ void Worker::start_epoch(const View& v, int64_t now) {
     maybe_end_replay(now);
 }
 
-// A message for an epoch this worker has not adopted yet: keep it (bounded).
+// Client side of the rebuild: this worker's registry (this node's locks of
+// its shard) to each resource's master, in batches, and then to every member
+// (witnesses too: they check it) the marker its barrier waits for. The
+// marker names this worker, the settings the replay's routing rests on, and
+// how many entries this member was sent, so that a master can tell a
+// complete replay from one with a lost batch or the wrong shard.
+void Worker::send_replay(const std::map<uint16_t, std::vector<ReplayEntry>>& by_master,
+                         int64_t now) {
+    size_t kept = 0, replayed = 0;
+    for (uint16_t member : live_) {
+        uint32_t sent = 0;
+        auto it = by_master.find(member);
+        if (it != by_master.end()) {
+            kept += it->second.size();
+            for (std::vector<uint8_t>& body : encode_replay_messages(it->second, epoch_)) {
+                GesMessage batch;
+                if (decode_ges_message(body.data(), body.size(), &batch) != GesWireError::None)
+                    continue;
+                sent += static_cast<uint32_t>(batch.entries.size());
+                if (member == self_)
+                    on_master(self_, batch, now);
+                else
+                    host_.send(member, GesChannel::Master, index_, std::move(body));
+            }
+        }
+        replayed += sent;
+        GesMessage done;
+        done.type = GesMsgType::ReplayDone;
+        done.epoch = epoch_;
+        done.worker = static_cast<uint16_t>(index_);
+        done.n_workers = static_cast<uint16_t>(std::max<uint32_t>(1, host_.n_lms()));
+        done.replayed = sent;
+        done.witnesses = epoch_witnesses_;
+        std::vector<uint8_t> body;
+        if (encode_ges_message(done, &body) != GesWireError::None) continue;  // 16 workers at most
+        if (member == self_)
+            on_master(self_, done, now);
+        else
+            host_.send(member, GesChannel::Master, index_, std::move(body));
+    }
+    if (replayed != kept) {
+        // An entry the wire cannot carry would be dropped from every
+        // table: say so loudly (it must not happen).
+        const std::string text = "GES (LMS " + std::to_string(index_) + "): epoch " +
+                                 std::to_string(epoch_) + ": " + std::to_string(kept - replayed) +
+                                 " registry entries could not be replayed";
+        log(WorkerLogLevel::Warning, text);
+        host_.record_error(ErrorType::Internal, Severity::Error, -1, text);
+    }
+}
+
+// A message for an epoch this worker has not adopted yet: keep it, for at
+// most peer_timeout and kMaxStash messages.
 void Worker::stash(uint16_t src, const GesMessage& m, bool reply) {
     if (stash_.size() >= kMaxStash) {
-        log(WorkerLogLevel::Log,
-            "GES (LMS " + std::to_string(index_) +
-                "): too many messages of a future epoch; dropping one from node " +
-                std::to_string(src) + " and asking for a new epoch");
+        drop_future(src, m, Severity::Warning,
+                    "too many messages of epochs not adopted here; asking for a new epoch");
         host_.request_new_epoch();  // the rebuild recovers what it said
         return;
     }
-    stash_.push_back(Stashed{src, reply, m});
+    stash_.push_back(Stashed{src, reply, m, host_.monotonic_ms()});
+}
+
+// A message of an epoch this worker did not adopt is dropped: counted, in
+// the errors view, and logged (the first ones at LOG, the rest at DEBUG1).
+void Worker::drop_future(uint16_t src, const GesMessage& m, Severity severity,
+                         const std::string& why) {
+    host_.count_future_epoch_message();
+    const std::string text = std::string(ges_msg_type_name(m.type)) + " of epoch " +
+                             std::to_string(m.epoch) + " from node " + std::to_string(src) +
+                             " dropped: " + why;
+    host_.record_error(ErrorType::FutureEpoch, severity, src, text);
+    const bool loud = severity != Severity::Info && future_logged_++ < 20;
+    log(loud ? WorkerLogLevel::Log : WorkerLogLevel::Debug,
+        "GES (LMS " + std::to_string(index_) + "): " + text);
+}
+
+// A member sends in an epoch only once it is committed, and a committed view
+// reaches every member with its next heartbeats: a message whose epoch is
+// still not adopted here after peer_timeout names an epoch that this node
+// will not serve (or a peer that makes epochs up). Nothing waits forever.
+void Worker::expire_stash() {
+    if (stash_.empty()) return;
+    const uint64_t now_ms = host_.monotonic_ms();
+    const uint64_t limit = static_cast<uint64_t>(std::max<int64_t>(1, host_.peer_timeout_ms()));
+    size_t n = 0;
+    while (n < stash_.size() && now_ms - stash_[n].since_ms > limit) n++;
+    for (size_t i = 0; i < n; i++)
+        drop_future(stash_[i].src, stash_[i].m, Severity::Warning,
+                    "epoch " + std::to_string(stash_[i].m.epoch) + " not adopted here within " +
+                        std::to_string(limit) + " ms (serving epoch " + std::to_string(epoch_) +
+                        ")");
+    stash_.erase(stash_.begin(), stash_.begin() + static_cast<long>(n));
 }
 
 // Whether a message of epoch e may be acted on now (else it is stashed or refused).
@@ -376,33 +444,127 @@ void Worker::refuse_source(uint16_t src, const GesMessage& m, const char* why) {
     host_.record_error(ErrorType::WrongSource, Severity::Warning, src, text);
 }
 
+// A batch that cannot be taken poisons its sender's replay for the epoch:
+// its marker will not complete the barrier (the rest of the replay would
+// be incomplete), so a new epoch must replay everything again.
+void Worker::refuse_replay(uint16_t src, const GesMessage& m, const std::string& why) {
+    auto it = replay_.find(src);
+    if (it != replay_.end() && it->second.refused.empty()) {
+        it->second.refused = why;
+        it->second.done = false;
+    }
+    refuse_source(src, m, why.c_str());
+}
+
+// A member's marker: its replay to this worker is complete. It counts only
+// from the worker that replays this shard (same index, same worker count),
+// with the same witnesses (the same masters for every resource), after every
+// entry it announces arrived. Anything else is refused by name, and the
+// barrier waits on.
+void Worker::on_replay_done(uint16_t src, const GesMessage& m) {
+    auto it = replay_.find(src);
+    if (it == replay_.end()) return;  // a member is always there
+    ReplaySource& s = it->second;
+    const uint32_t n_lms = std::max<uint32_t>(1, host_.n_lms());
+    std::string mismatch;
+    if (m.n_workers != n_lms)
+        mismatch = "cluster.lms_workers is " + std::to_string(n_lms) + " here, " +
+                   std::to_string(m.n_workers) + " on node " + std::to_string(src);
+    else if (m.worker != index_)
+        mismatch = "LMS worker " + std::to_string(m.worker) + " of node " + std::to_string(src) +
+                   " replayed to LMS worker " + std::to_string(index_) + " here";
+    else if (m.witnesses != epoch_witnesses_)
+        mismatch = "cluster.witness_nodes is " + mask_text(epoch_witnesses_) + " here, " +
+                   mask_text(m.witnesses) + " on node " + std::to_string(src);
+    if (!mismatch.empty()) {
+        // Replayed to the wrong shard, or with other masters for the same
+        // resources: granting from such a table could grant twice.
+        const std::string text = "GES (LMS " + std::to_string(index_) + "): epoch " +
+                                 std::to_string(epoch_) + ": the replay of node " +
+                                 std::to_string(src) + " is refused: config_mismatch: " + mismatch;
+        log(WorkerLogLevel::Warning, text);
+        host_.record_error(ErrorType::ConfigMismatch, Severity::Error, src, text);
+        s.done = false;
+        if (s.refused.empty()) s.refused = "config_mismatch: " + mismatch;
+        return;
+    }
+    if (!s.refused.empty()) return;
+    if (m.replayed != s.entries) {
+        s.refused = std::to_string(s.entries) + " of the " + std::to_string(m.replayed) +
+                    " entries it replayed arrived";
+        log(WorkerLogLevel::Log, "GES (LMS " + std::to_string(index_) + "): epoch " +
+                                     std::to_string(epoch_) + ": the replay of node " +
+                                     std::to_string(src) + " is incomplete: " + s.refused);
+        return;
+    }
+    s.done = true;
+}
+
+int64_t Worker::replay_barrier_bound_ms() {
+    return kBarrierBoundTimeouts * std::max<int64_t>(1, host_.peer_timeout_ms());
+}
+
 void Worker::maybe_end_replay(int64_t now) {
     if (!replaying_) return;
-    if (is_witness(self_)) {  // masters nothing: nothing to wait for
+    if ((epoch_witnesses_ & node_bit(self_)) != 0) {  // masters nothing: nothing to wait for
         replaying_ = false;
         return;
     }
-    std::string missing;
-    for (uint16_t s : live_)
-        if (replay_done_.count(s) == 0) missing += " " + std::to_string(s);
-    if (!missing.empty()) {
-        const int64_t wait = host_.peer_timeout_ms() * 1000;
-        if (!barrier_warned_ && now - barrier_since_ > wait) {
-            barrier_warned_ = true;
-            log(WorkerLogLevel::Log, "GES (LMS " + std::to_string(index_) + "): epoch " +
-                                         std::to_string(epoch_) +
-                                         " still waits for the replay of node(s)" + missing +
-                                         "; their shard is not served until they report or "
-                                         "leave the membership");
-        }
+    std::vector<uint16_t> missing;
+    for (uint16_t n : live_) {
+        auto it = replay_.find(n);
+        if (it == replay_.end() || !it->second.done) missing.push_back(n);
+    }
+    if (missing.empty()) {
+        replaying_ = false;
+        overdue_attempts_ = 0;
+        dispatch(table_.end_replay(now), now);
         return;
     }
-    replaying_ = false;
-    dispatch(table_.end_replay(now), now);
+    const uint64_t now_ms = host_.monotonic_ms();
+    const uint64_t waited = now_ms - barrier_start_ms_;
+    if (!barrier_warned_ && static_cast<int64_t>(waited) > host_.peer_timeout_ms()) {
+        barrier_warned_ = true;
+        log(WorkerLogLevel::Log, "GES (LMS " + std::to_string(index_) + "): epoch " +
+                                     std::to_string(epoch_) + " still waits for the replay of " +
+                                     "node(s) " + list_text(missing) +
+                                     "; their shard is not served until they report or "
+                                     "leave the membership");
+    }
+    if (now_ms >= barrier_deadline_ms_) barrier_overdue(now_ms, missing);
+}
+
+// The barrier has waited kBarrierBoundTimeouts x peer_timeout: a member that
+// went silent would have been voted out by now, so the missing ones are in
+// the membership and yet their replay did not complete (a lost message, a
+// refused replay, a stopped LMS). Only a new epoch can help: every node
+// replays again. If the cause persists, each new epoch's barrier ends the
+// same way after its own bound, with the same named cause; within one epoch
+// the request is repeated once per bound, never faster.
+void Worker::barrier_overdue(uint64_t now_ms, const std::vector<uint16_t>& missing) {
+    const int64_t bound = replay_barrier_bound_ms();
+    barrier_deadline_ms_ = now_ms + static_cast<uint64_t>(bound);
+    overdue_attempts_++;
+    std::string causes;
+    for (uint16_t n : missing) {
+        const ReplaySource& s = replay_[n];
+        causes += "node " + std::to_string(n) + ": " +
+                  (s.refused.empty() ? "no marker arrived" : "refused, " + s.refused) + "; ";
+    }
+    const std::string text =
+        "GES (LMS " + std::to_string(index_) + "): epoch " + std::to_string(epoch_) +
+        ": replay barrier overdue after " + std::to_string(now_ms - barrier_start_ms_) +
+        " ms: " + causes + "asking for a new epoch (attempt " + std::to_string(overdue_attempts_) +
+        ", bound " + std::to_string(bound) + " ms)";
+    log(WorkerLogLevel::Warning, text);
+    host_.record_error(ErrorType::BarrierOverdue, Severity::Error,
+                       missing.size() == 1 ? missing[0] : -1, text);
+    host_.request_new_epoch();
 }
 
 void Worker::tick(int64_t now) {
     check_membership(now);
+    expire_stash();
     maybe_end_replay(now);
     if (epoch_ != 0 && !replaying_) dispatch(table_.expire(now), now);
     reap_dead_owners(now);
@@ -646,12 +808,12 @@ void Worker::on_master(uint16_t src, const GesMessage& m, int64_t now) {
     // victim's cancel comes from the search's coordinator).
     const bool coordinator_cancel =
         m.type == GesMsgType::Cancel && m.reason == DenyReason::Deadlock;
-    if (m.type != GesMsgType::Replay && m.owner.node != src && !coordinator_cancel) {
+    const bool replay = m.type == GesMsgType::Replay || m.type == GesMsgType::ReplayDone;
+    if (!replay && m.owner.node != src && !coordinator_cancel) {
         refuse_source(src, m, "it names an owner of another node");
         return;
     }
-    if (m.type != GesMsgType::Replay && m.type != GesMsgType::ReleaseAll &&
-        master_for(m.resource, masters_) != self_) {
+    if (!replay && m.type != GesMsgType::ReleaseAll && master_for(m.resource, masters_) != self_) {
         refuse_source(src, m, "this node is not the resource's master in this epoch");
         return;
     }
@@ -682,11 +844,24 @@ void Worker::on_master(uint16_t src, const GesMessage& m, int64_t now) {
             ev = table_.cancel(m.owner, m.resource, m.request_id, m.reason, now);
             break;
         case GesMsgType::Replay: {
+            // The whole batch or nothing: the entries of one sender, of
+            // resources this worker masters in the epoch, before its marker.
+            const uint32_t n_lms = std::max<uint32_t>(1, host_.n_lms());
+            const char* why = nullptr;
             for (const ReplayEntry& e : m.entries) {
-                if (e.owner.node != src || master_for(e.resource, masters_) != self_) {
-                    refuse_source(src, m, "a replayed lock is not the sender's or not ours");
-                    return;
-                }
+                if (e.owner.node != src)
+                    why = "a replayed lock names an owner of another node";
+                else if (master_for(e.resource, masters_) != self_)
+                    why = "a replayed lock is not mastered here in this epoch";
+                else if (worker_for(e.resource, n_lms) != index_)
+                    why = "a replayed lock is of another LMS worker's shard";
+                if (why != nullptr) break;
+            }
+            ReplaySource& s = replay_[src];  // src is a member (checked above)
+            if (why == nullptr && s.done) why = "it came after the sender's replay marker";
+            if (why != nullptr) {
+                refuse_replay(src, m, why);
+                return;
             }
             const uint64_t conflicts = table_.replay_conflicts();
             ev = table_.ingest_replay(m.entries, now);
@@ -694,9 +869,12 @@ void Worker::on_master(uint16_t src, const GesMessage& m, int64_t now) {
             for (const ReplayEntry& e : m.entries)
                 if (e.state != LockState::Waiting && e.token != 0)
                     tokens_[Key{e.resource, e.owner}] = e.token;
-            if (m.flags & kReplayLast) replay_done_.insert(src);
+            s.entries += m.entries.size();
             break;
         }
+        case GesMsgType::ReplayDone:
+            on_replay_done(src, m);
+            break;
         default:
             log(WorkerLogLevel::Log, std::string("GES: unexpected ") + ges_msg_type_name(m.type) +
                                          " from node " + std::to_string(src));

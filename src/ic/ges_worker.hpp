@@ -91,10 +91,14 @@ class WorkerHost {
     virtual void request_new_epoch() = 0;
     // A GES message of an older epoch was refused (MembershipShared::stale_epoch_messages).
     virtual void count_stale_epoch_message() = 0;
+    // A GES message of an epoch this worker never adopted was dropped
+    // (MembershipShared::future_epoch_messages); also in the errors view.
+    virtual void count_future_epoch_message() {}
     // Restarts of LMS worker `worker` that voided this node's locks in its shard.
     virtual uint32_t shard_fences(uint32_t worker) = 0;
     virtual uint32_t bump_shard_fences(uint32_t worker) = 0;  // the new value
-    // Witnesses vote and master nothing (cluster.witness_nodes).
+    // Witnesses vote and master nothing (cluster.witness_nodes). Every replay
+    // marker carries it and n_lms(): a master refuses one whose differ.
     virtual NodeMask witnesses() = 0;
 
     // ---- settings
@@ -144,6 +148,9 @@ class Worker {
     uint32_t index() const { return index_; }
     uint32_t epoch() const { return epoch_; }  // 0: serving none
     bool replaying() const { return replaying_; }
+    // How long a replay barrier may wait for a member's marker before it asks
+    // the membership for a new epoch (kBarrierBoundTimeouts x peer_timeout).
+    int64_t replay_barrier_bound_ms();
     bool member() const { return member_; }
     uint64_t basts_received() const { return bast_count_; }
 
@@ -157,8 +164,17 @@ class Worker {
         uint16_t src;
         bool reply;
         GesMessage m;
+        uint64_t since_ms;  // monotonic: when it arrived
     };
     static constexpr size_t kMaxStash = 100000;
+    // What one member owes this worker's replay barrier in the epoch: its LMS
+    // worker of this index replays this shard (worker counts being equal,
+    // which its marker proves), then sends one ReplayDone.
+    struct ReplaySource {
+        uint64_t entries = 0;  // replayed entries accepted from it
+        bool done = false;     // its marker arrived, agreed and counted right
+        std::string refused;   // why its replay cannot complete in this epoch
+    };
 
     bool is_witness(uint16_t node) { return (host_.witnesses() & node_bit(node)) != 0; }
     void log(WorkerLogLevel level, std::string text) { host_.log(level, std::move(text)); }
@@ -172,9 +188,15 @@ class Worker {
     void stop_serving();
     void start_epoch(const View& v, int64_t now);
     void stash(uint16_t src, const GesMessage& m, bool reply);
+    void drop_future(uint16_t src, const GesMessage& m, Severity severity, const std::string& why);
+    void expire_stash();
     bool epoch_ok(uint16_t src, const GesMessage& m, bool reply, int64_t now);
     void refuse_source(uint16_t src, const GesMessage& m, const char* why);
+    void send_replay(const std::map<uint16_t, std::vector<ReplayEntry>>& by_master, int64_t now);
+    void refuse_replay(uint16_t src, const GesMessage& m, const std::string& why);
+    void on_replay_done(uint16_t src, const GesMessage& m);
     void maybe_end_replay(int64_t now);
+    void barrier_overdue(uint64_t now_ms, const std::vector<uint16_t>& missing);
 
     int64_t deadlock_timeout_us();
     bool is_coordinator() const { return index_ == 0 && deadlock_coordinator(live_) == self_; }
@@ -209,15 +231,22 @@ class Worker {
     bool mirror_full_logged_ = false;
     std::vector<uint16_t> live_{self_};
     std::vector<uint16_t> masters_{self_};  // live_ without witnesses: who masters resources
+    NodeMask epoch_witnesses_ = 0;          // cluster.witness_nodes as this epoch was adopted
     // Membership as this worker follows it.
     uint32_t epoch_ = 0;      // the epoch served (0: none)
     uint32_t min_epoch_ = 0;  // a restarted worker serves from this epoch on
     bool member_ = false;     // a member with a valid lease
     uint32_t fences_seen_ = 0;
     uint32_t shard_fences_seen_ = 0;
-    std::vector<Stashed> stash_;  // messages of an epoch not adopted yet
-    int64_t barrier_since_ = 0;
+    std::vector<Stashed> stash_;  // messages of an epoch not adopted yet, oldest first
+    uint64_t future_logged_ = 0;
+    // The replay barrier of the epoch: who owes what, since when (monotonic
+    // ms), when it is overdue next, and how many overdue attempts in a row.
+    std::map<uint16_t, ReplaySource> replay_;
+    uint64_t barrier_start_ms_ = 0;
+    uint64_t barrier_deadline_ms_ = 0;
     bool barrier_warned_ = false;
+    uint32_t overdue_attempts_ = 0;
     uint64_t wrong_source_logged_ = 0;
     // Fencing tokens: of grants made here (master), of locks held here (client).
     std::map<Key, uint64_t> tokens_;
@@ -228,7 +257,6 @@ class Worker {
     std::map<Key, LockMode> orphans_;  // late grants superseded by a newer request
     bool replaying_ = false;
     int64_t last_reap_ = 0;
-    std::set<uint16_t> replay_done_;
     uint64_t next_internal_id_ = 1;
     uint64_t bast_count_ = 0;
     // Deadlock search: every worker's hinting, and the coordinator's round.

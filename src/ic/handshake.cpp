@@ -73,20 +73,29 @@ struct Offer {
     bool with_node = false;  // AuthOk: not a field, says which of the two this is
     uint16_t node_id = 0;
     uint64_t incarnation = 0;
+    uint64_t instance = 0;
+    uint64_t location = 0;
     uint64_t session_id = 0;
     uint32_t last_seq = 0;
     uint32_t max_message = 0;
     uint8_t protection = 0;
+    ClusterSettings settings{};
     Proof proof{};
 
     template <class C, class S>
     static void body(C& c, S& s) {
         if (s.with_node) c.le(s.node_id, "node id");
         c.le(s.incarnation, "incarnation");
+        c.le(s.instance, "instance");
+        c.le(s.location, "location");
         c.le(s.session_id, "session id");
         c.le(s.last_seq, "last sequence received");
         c.le(s.max_message, "largest message");
         c.le(s.protection, "wire protection");
+        c.le(s.settings.lms_workers, "lms_workers");
+        c.le(s.settings.tcp_paths, "tcp_paths");
+        c.le(s.settings.witnesses, "witness_nodes");
+        c.le(s.settings.nodes_digest, "nodes digest");
     }
     template <class C, class S>
     static void fields(C& c, S& s) {
@@ -134,6 +143,7 @@ std::string parse_offer(const uint8_t* p, size_t n, bool with_node, Offer* o) {
     if (!codec::decode(p, n, o, &err)) return err;
     if (o->protection > kMaxWireProtection)
         return "wire protection " + std::to_string(o->protection) + " is not a known mode";
+    if (o->instance == 0) return "instance 0 is not an instance";
     return {};
 }
 
@@ -262,6 +272,8 @@ const char* reject_reason_name(RejectReason r) {
             return "busy";
         case RejectReason::WrongDirection:
             return "wrong_direction";
+        case RejectReason::ConfigMismatch:
+            return "config_mismatch";
     }
     return "unknown";
 }
@@ -429,10 +441,13 @@ void Handshake::on_hello_reply(const uint8_t* payload, size_t len,
     const LaneState mine = policy_.lane_state(expected_peer_, pending_.lane);
     Offer o;
     o.incarnation = local_.incarnation;
+    o.instance = local_.instance;
+    o.location = local_.location;
     o.session_id = mine.session_id;
     o.last_seq = mine.last_seq_received;
     o.max_message = local_.max_message;
     o.protection = static_cast<uint8_t>(local_.protection);
+    o.settings = local_.settings;
     pending_.offered_session = mine.session_id;
     std::vector<uint8_t> auth = encode_offer_body(o);
     transcript_.insert(transcript_.end(), auth.begin(), auth.end());
@@ -459,12 +474,16 @@ void Handshake::on_auth(const uint8_t* payload, size_t len, std::vector<Handshak
                     out);
     peer_authenticated_ = true;
     transcript_.insert(transcript_.end(), d.proof.begin(), d.proof.end());
-    if (!admit_peer(pending_.node_id, d.max_message, d.incarnation, out)) return;
+    if (!admit_peer(pending_.node_id, d.max_message, d.settings, d.incarnation, d.instance,
+                    d.location, out)) return;
 
     const LaneState mine = policy_.lane_state(pending_.node_id, pending_.lane);
     pending_.incarnation = d.incarnation;
+    pending_.instance = d.instance;
+    pending_.location = d.location;
     pending_.last_seq_received = d.last_seq;
     pending_.max_message = d.max_message;
+    pending_.settings = d.settings;
     pending_.protection = static_cast<WireProtection>(
         std::max(d.protection, static_cast<uint8_t>(local_.protection)));
     pending_.offered_session = mine.session_id;
@@ -472,10 +491,13 @@ void Handshake::on_auth(const uint8_t* payload, size_t len, std::vector<Handshak
     Offer a;
     a.node_id = local_.node_id;
     a.incarnation = local_.incarnation;
+    a.instance = local_.instance;
+    a.location = local_.location;
     a.session_id = mine.session_id;
     a.last_seq = mine.last_seq_received;
     a.max_message = local_.max_message;
     a.protection = static_cast<uint8_t>(pending_.protection);
+    a.settings = local_.settings;
     a.with_node = true;
     std::vector<uint8_t> ok = encode_offer_body(a);
     transcript_.insert(transcript_.end(), ok.begin(), ok.end());
@@ -513,9 +535,13 @@ void Handshake::on_auth_ok(const uint8_t* payload, size_t len, std::vector<Hands
                         wire_protection_name(static_cast<WireProtection>(a.protection)) +
                         ", weaker than this node's " + wire_protection_name(local_.protection),
                     out);
-    if (!admit_peer(expected_peer_, a.max_message, a.incarnation, out)) return;
+    if (!admit_peer(expected_peer_, a.max_message, a.settings, a.incarnation, a.instance,
+                    a.location, out)) return;
     pending_.node_id = a.node_id;
+    pending_.settings = a.settings;
     pending_.incarnation = a.incarnation;
+    pending_.instance = a.instance;
+    pending_.location = a.location;
     pending_.last_seq_received = a.last_seq;
     pending_.max_message = a.max_message;
     pending_.protection = static_cast<WireProtection>(a.protection);
@@ -523,8 +549,10 @@ void Handshake::on_auth_ok(const uint8_t* payload, size_t len, std::vector<Hands
 }
 
 // Checks, on either side, that the authenticated peer can have a session:
-// the same largest message, and its owner admits this instance of the node.
-bool Handshake::admit_peer(uint16_t node, uint32_t max_message, uint64_t incarnation,
+// the same largest message, the same settings that safety and routing rest
+// on, and its owner admits this instance of the node.
+bool Handshake::admit_peer(uint16_t node, uint32_t max_message, const ClusterSettings& settings,
+                           uint64_t incarnation, uint64_t instance, uint64_t location,
                            std::vector<HandshakeOutput>* out) {
     if (max_message != local_.max_message) {
         fail(RejectReason::LimitMismatch,
@@ -534,8 +562,15 @@ bool Handshake::admit_peer(uint16_t node, uint32_t max_message, uint64_t incarna
              out);
         return false;
     }
+    const std::string differs = settings_mismatch(local_.settings, settings, node);
+    if (!differs.empty()) {
+        fail(RejectReason::ConfigMismatch,
+             differs + ": every node must have the same values",
+             out);
+        return false;
+    }
     std::string why;
-    const RejectReason admitted = policy_.admit(node, incarnation, pending_.lane, &why);
+    const RejectReason admitted = policy_.admit(node, incarnation, instance, location, pending_.lane, &why);
     if (admitted == RejectReason::None) return true;
     fail(admitted, why, out);
     return false;

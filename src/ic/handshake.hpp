@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "ic/cluster_settings.hpp"
 #include "ic/frame.hpp"
 #include "ic/frame_guard.hpp"
 
@@ -33,8 +34,10 @@ namespace pgrac::ic {
 inline constexpr size_t kNonceSize = 32;
 inline constexpr size_t kProofSize = 32;  // HMAC-SHA256
 inline constexpr size_t kMaxClusterName = 63;
-inline constexpr uint8_t kMinProtocolVersion = 2;
-inline constexpr uint8_t kMaxProtocolVersion = 2;
+// Version 3: Auth and AuthOk carry the settings block (ic/cluster_settings.hpp),
+// heartbeats the membership's incarnations and timing (ic/membership.hpp).
+inline constexpr uint8_t kMinProtocolVersion = 3;
+inline constexpr uint8_t kMaxProtocolVersion = 3;
 // Handshake frames are small: a connection is held to this until it is authenticated.
 inline constexpr uint32_t kMaxHandshakePayload = 512;
 // The lane id of a requester lane: one backend's own connection to a peer's
@@ -59,8 +62,9 @@ enum class RejectReason : uint16_t {
     DuplicateNode = 12,   // another instance with this node id is connected
     Busy = 13,            // too many unauthenticated connections
     WrongDirection = 14,  // the node with the lower id dials; this one should not
+    ConfigMismatch = 15,  // a setting that safety or routing rests on differs (ic/cluster_config.hpp)
 };
-inline constexpr uint16_t kMaxRejectReason = 14;
+inline constexpr uint16_t kMaxRejectReason = 15;
 // Stable lower-case name, e.g. "wrong_key".
 const char* reject_reason_name(RejectReason r);
 
@@ -68,10 +72,13 @@ struct LocalIdentity {
     std::string cluster_name;
     uint64_t system_id = 0;
     uint16_t node_id = 0;
-    uint64_t incarnation = 0;
+    uint64_t incarnation = 0;  // this listener's run: sessions start anew with another
+    uint64_t instance = 0;     // this instance (postmaster lifetime): membership binds it
+    uint64_t location = 0;     // its data directory on its host (0: unknown): instance_location()
     std::vector<uint8_t> key;                            // shared secret from cluster.auth_key_file
     uint32_t max_message = 65536;                        // PGRAC_IC_MAX_MESSAGE
     WireProtection protection = WireProtection::Secure;  // cluster.wire_protection
+    ClusterSettings settings{};  // must equal the peer's (config_mismatch otherwise)
 };
 
 // One lane's session as this node holds it, offered in the handshake.
@@ -83,11 +90,14 @@ struct LaneState {
 struct PeerIdentity {
     uint16_t node_id = 0;
     uint64_t incarnation = 0;
+    uint64_t instance = 0;
+    uint64_t location = 0;
     uint32_t last_seq_received = 0;  // what the peer has of our messages
     uint8_t version = 0;             // negotiated protocol version
     uint8_t lane = 0;                // which of the pair's connections this is (0 = control)
     uint32_t max_message = 0;
     WireProtection protection = WireProtection::Crc;  // the session's (the stronger offer)
+    ClusterSettings settings{};                       // the peer's (equal to ours once Done)
     uint64_t offered_session = 0;                     // the session id we offered (our LaneState)
     uint64_t session_id = 0;                          // the session the lane continues or starts
     bool new_session = false;                         // both sides start the lane again at seq 1
@@ -106,8 +116,8 @@ class HandshakePolicy {
     virtual LaneState lane_state(uint16_t node_id, uint8_t lane) = 0;
     // Both sides, once the peer is authenticated: may this instance of node_id
     // (its incarnation) have a session now? *why explains a refusal.
-    virtual RejectReason admit(uint16_t node_id, uint64_t incarnation, uint8_t lane,
-                               std::string* why) = 0;
+    virtual RejectReason admit(uint16_t node_id, uint64_t incarnation, uint64_t instance,
+                               uint64_t location, uint8_t lane, std::string* why) = 0;
 };
 
 struct HandshakeOutput {
@@ -156,7 +166,8 @@ class Handshake {
     void on_auth(const uint8_t* payload, size_t len, std::vector<HandshakeOutput>* out);
     void on_auth_ok(const uint8_t* payload, size_t len, std::vector<HandshakeOutput>* out);
     void on_reject(const uint8_t* payload, size_t len, std::vector<HandshakeOutput>* out);
-    bool admit_peer(uint16_t node, uint32_t max_message, uint64_t incarnation,
+    bool admit_peer(uint16_t node, uint32_t max_message, const ClusterSettings& settings,
+                    uint64_t incarnation, uint64_t instance, uint64_t location,
                     std::vector<HandshakeOutput>* out);
     // Keys, session id and new_session from the finished transcript.
     void finish(uint64_t dialer_session, uint64_t acceptor_session);

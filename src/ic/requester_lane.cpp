@@ -24,7 +24,7 @@ class NoSessionPolicy : public HandshakePolicy {
         return RejectReason::None;
     }
     LaneState lane_state(uint16_t, uint8_t) override { return {}; }
-    RejectReason admit(uint16_t, uint64_t, uint8_t, std::string*) override {
+    RejectReason admit(uint16_t, uint64_t, uint64_t, uint64_t, uint8_t, std::string*) override {
         return RejectReason::None;
     }
 };

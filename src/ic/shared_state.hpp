@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "ic/cluster_settings.hpp"
 #include "ic/error_log.hpp"
 #include "ic/latency_histogram.hpp"
 #include "ic/membership.hpp"
@@ -61,6 +62,14 @@ struct PeerShared {
     uint64_t unacked_msgs;               // listener's view: sent, not acked
     uint64_t unacked_bytes;              // the same in frame bytes
     char last_error[160];
+    // Agreement (ic/cluster_settings.hpp, ic/membership.hpp): the peer's timing
+    // from its last heartbeat, the instance admitted for its id, refusals of
+    // its connections for settings that differ (the last reason kept) or for
+    // another instance claiming its id.
+    uint32_t peer_timeout_ms, heartbeat_interval_ms;
+    uint64_t instance;
+    uint64_t config_refusals, duplicate_refusals;
+    char config_mismatch[160];
     // Built-in diagnostics, as the receiver: one-way notes taken by an LMS
     // worker (pgrac_ic_broadcast) and the exactly-once probe's high marks
     // (pgrac_ic_seq_rpc), both per source node.
@@ -140,6 +149,7 @@ struct IcShared {
     LatencyHistogram total_latency;
     ErrorLog errors;
     MembershipShared membership;  // views, vote, lease, history (ic/membership.hpp)
+    ClusterSettings settings;     // what the handshake sends (ic/cluster_settings.hpp)
 
     uint64_t outbound_off;  // byte offsets from the start of this struct
     uint64_t inbox_off[kMaxLmsWorkers];
@@ -211,5 +221,7 @@ void slot_release(IcShared* shm, ReplySlot* slot);
 
 int64_t unix_time_us();
 uint64_t monotonic_ns();
+// CLOCK_BOOTTIME: the membership's and the leases' clock (ic/membership.hpp).
+uint64_t boottime_ns();
 
 }  // namespace pgrac::ic

@@ -65,7 +65,8 @@ class LmsHost final : public WorkerHost {
         g_out.push_back({node, type, route_key, std::move(body)});
     }
 
-    uint64_t monotonic_ms() override { return monotonic_ns() / 1000000; }
+    // The lease clock (ic/membership.hpp): what lease words are compared with.
+    uint64_t monotonic_ms() override { return lease_now_ms(&shared()->membership); }
     bool fence_if_lapsed(uint64_t now_ms) override {
         return pgrac::ic::fence_if_lapsed(&shared()->membership, now_ms);
     }
@@ -76,6 +77,9 @@ class LmsHost final : public WorkerHost {
     }
     void request_new_epoch() override { count(&shared()->membership.bump_requests); }
     void count_stale_epoch_message() override { count(&shared()->membership.stale_epoch_messages); }
+    void count_future_epoch_message() override {
+        count(&shared()->membership.future_epoch_messages);
+    }
     uint32_t shard_fences(uint32_t worker) override {
         GesShared* g = ges_shared();
         return g ? load_acquire(&g->shard_fences[worker]) : 0;

@@ -15,10 +15,12 @@ PG_FUNCTION_INFO_V1(pgrac_membership);
 PG_FUNCTION_INFO_V1(pgrac_membership_history);
 }
 
+#include <algorithm>
 #include <cstring>
 
 #include "ic/atomics.hpp"
 #include "ic/membership.hpp"
+#include "guc.hpp"
 #include "shmem.hpp"
 #include "capi/errors.hpp"
 #include "views/srf.hpp"
@@ -39,13 +41,13 @@ Datum members_array(NodeMask m) {
 }  // namespace
 
 Datum pgrac_membership(PG_FUNCTION_ARGS) {
-    constexpr int kColumns = 12;
+    constexpr int kColumns = 16;
     IcShared* shm = pgrac::glue::require_shared();
     MembershipShared* ms = &shm->membership;
     TupleDesc desc;
     if (get_call_result_type(fcinfo, nullptr, &desc) != TYPEFUNC_COMPOSITE)
         ereport(ERROR, (errmsg("return type must be a row type")));
-    const uint64_t now_ms = monotonic_ns() / 1000000;
+    const uint64_t now_ms = lease_now_ms(ms);
     const View v = committed_view(ms);
     const uint64_t w = lease_word(ms);
     const bool valid = lease_valid(w, now_ms);
@@ -73,6 +75,15 @@ Datum pgrac_membership(PG_FUNCTION_ARGS) {
     d[i++] = Int32GetDatum(configured / 2 + 1);
     d[i++] = pgrac::glue::counter_datum(load_relaxed(&ms->stale_epoch_messages));
     d[i++] = pgrac::glue::counter_datum(load_relaxed(&ms->bump_requests));
+    d[i++] = Int64GetDatum(static_cast<int64>(ms->self_instance));
+    d[i++] = Int32GetDatum(static_cast<int32>(load_relaxed(&ms->lease_ms)));
+    // The window after which this node votes a silent node out: peer_timeout,
+    // or the old value for a while after it was lowered (ic/membership.hpp).
+    uint32_t window = static_cast<uint32_t>(pgrac_peer_timeout_ms);
+    if (now_ms < load_relaxed(&ms->window_floor_until_ms))
+        window = std::max(window, load_relaxed(&ms->window_floor_ms));
+    d[i++] = Int32GetDatum(static_cast<int32>(window));
+    d[i++] = pgrac::glue::counter_datum(load_relaxed(&ms->future_epoch_messages));
     PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), d, n)));
 }
 

@@ -14,6 +14,7 @@ PG_FUNCTION_INFO_V1(pgrac_ic_peers);
 
 #include "ic/atomics.hpp"
 #include "ic/frame_guard.hpp"
+#include "guc.hpp"
 #include "shmem.hpp"
 #include "tiers/tier.hpp"
 #include "capi/errors.hpp"
@@ -25,7 +26,7 @@ using pgrac::tiers::Tier;
 using pgrac::tiers::tier_name;
 
 Datum pgrac_ic_peers(PG_FUNCTION_ARGS) {
-    constexpr int kColumns = 19;
+    constexpr int kColumns = 25;
     IcShared* shm = pgrac::glue::require_shared();
     InitMaterializedSRF(fcinfo, 0);
     ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
@@ -82,6 +83,35 @@ Datum pgrac_ic_peers(PG_FUNCTION_ARGS) {
         else
             n[i] = true;
         i++;
+        // Agreement: the instance that holds the id, the peer's timing (ours
+        // on our own row), refusals for differing settings or a second instance.
+        const uint64_t instance =
+            self ? shm->membership.self_instance : load_relaxed(&p.instance);
+        if (instance != 0)
+            v[i] = Int64GetDatum(static_cast<int64>(instance));
+        else
+            n[i] = true;
+        i++;
+        const uint32_t timeout = self ? pgrac_peer_timeout_ms : load_relaxed(&p.peer_timeout_ms);
+        const uint32_t beat =
+            self ? pgrac_heartbeat_interval_ms : load_relaxed(&p.heartbeat_interval_ms);
+        if (timeout != 0) {
+            v[i++] = Int32GetDatum(static_cast<int32>(timeout));
+            v[i++] = Int32GetDatum(static_cast<int32>(beat));
+        } else {
+            n[i++] = true;
+            n[i++] = true;
+        }
+        char mismatch[sizeof p.config_mismatch];
+        for (size_t b = 0; b < sizeof mismatch; b++) mismatch[b] = load_relaxed(&p.config_mismatch[b]);
+        mismatch[sizeof mismatch - 1] = '\0';
+        if (mismatch[0] != '\0')
+            v[i] = CStringGetTextDatum(mismatch);
+        else
+            n[i] = true;
+        i++;
+        v[i++] = counter_datum(load_relaxed(&p.config_refusals));
+        v[i++] = counter_datum(load_relaxed(&p.duplicate_refusals));
         Assert(i == kColumns);
         tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, v, n);
     }

@@ -79,7 +79,7 @@ REJECT_REASONS = {1: "malformed", 2: "version_mismatch", 3: "cluster_mismatch",
                   4: "system_mismatch", 5: "unknown_node", 6: "address_mismatch",
                   7: "wrong_key", 8: "self_connect", 9: "shutting_down", 10: "unknown_lane",
                   11: "limit_mismatch", 12: "duplicate_node", 13: "busy",
-                  14: "wrong_direction"}
+                  14: "wrong_direction", 15: "config_mismatch"}
 
 
 def pack_header(ftype, flags, src, payload_len, seq=0, ack=0, crc=0, magic=MAGIC,

@@ -47,11 +47,16 @@ class EngineHostileTest : public EngineTest {
 
     // An instance that claims node `id` with another incarnation, at its own
     // address (the real node's port is taken).
-    std::unique_ptr<TestNode> impostor(uint16_t id, uint64_t incarnation) {
+    // A second instance configured as node `id`: from another data directory
+    // (a location of its own), or `same_place` as the real one's (what only a
+    // restart of the real node can be).
+    std::unique_ptr<TestNode> impostor(uint16_t id, uint64_t incarnation, bool same_place = false) {
         std::vector<NodeAddress> nodes = addrs_;
         for (NodeAddress& n : nodes)
             if (n.node_id == id) n.port = free_port("127.0.0.1");
-        auto n = std::make_unique<TestNode>(make_config(id, nodes, incarnation));
+        EngineConfig cfg = make_config(id, nodes, incarnation);
+        if (!same_place) cfg.identity.location = 9000 + id;
+        auto n = std::make_unique<TestNode>(cfg);
         std::string err;
         EXPECT_TRUE(n->start(&err)) << err;
         return n;
@@ -70,7 +75,8 @@ TEST_F(EngineHostileTest, ImpostorWithTheKeyIsRefusedWhileTheRealNodeIsConnected
                errors(*fake, ErrorType::DuplicateNode) >= 2;
     })) << "the impostor was not refused";
     EXPECT_TRUE(fake->host().logged("are two instances configured with cluster.node_id = 1"));
-    EXPECT_TRUE(node(2).host().logged("another instance claiming node 1 (incarnation 777)"));
+    EXPECT_TRUE(node(2).host().logged("instance 777 claiming node 1 is refused"));
+    EXPECT_GE(load_relaxed(&node(2).peer(1).duplicate_refusals), 1u);
     EXPECT_EQ(fake->state_of(2), PeerState::Error);
     // The real session was never disturbed.
     EXPECT_EQ(node(2).peer(1).incarnation, 1001u);
@@ -85,13 +91,14 @@ TEST_F(EngineHostileTest, ASessionResetIsAlwaysTwoSided) {
     bring_up();
     expect_link_works(1, 2, 0);
     // The real node 1 loses its connections and cannot redial; meanwhile an
-    // impostor gets in (no lane is up, so it is admitted) and node 2 starts
-    // new sessions with it. Then the impostor goes and node 1 comes back.
+    // instance from node 1's own place gets in (node 2 takes it for node 1
+    // restarted) and node 2 starts new sessions with it. Then that instance
+    // goes and node 1 comes back (from the same place: admitted again).
     node(1).net().refuse_connects = true;
     node(1).net().kill_all();
     ASSERT_TRUE(pump([&] { return node(2).peer(1).lanes_up == 0; }));
     {
-        std::unique_ptr<TestNode> fake = impostor(1, 777);
+        std::unique_ptr<TestNode> fake = impostor(1, 777, true);
         std::vector<TestNode*> with_fake = all();
         with_fake.push_back(fake.get());
         ASSERT_TRUE(pump_until(with_fake, [&] { return fake->state_of(2) == PeerState::Up; }));

@@ -1,10 +1,12 @@
 // Requester lanes: a process's own connection to a peer's listener. Its
 // requests are served (in place or by an LMS worker) and answered on it; a
 // stale request never runs after a newer one of the same process; frames other
-// than requests, and lanes of a node that is not UP, are refused. Each case
-// runs with both kinds of lane: a TCP socket (RequesterLane) and a transport of
-// the lane's own (TransportRequesterLane, here over the TCP transport; the
-// verbs tiers run it over a queue pair, t/029 in the soft-RoCE VM).
+// than requests are refused, and so are lanes of a node that is not UP, over
+// the limit or of another instance (counted as busy or duplicate_node); a
+// reply that is not the call's fails it. Each case runs with both kinds of
+// lane: a TCP socket (RequesterLane) and a transport of the lane's own
+// (TransportRequesterLane, here over the TCP transport; the verbs tiers run it
+// over a queue pair, t/029 in the soft-RoCE VM).
 #include <atomic>
 #include <unistd.h>
 #include <thread>
@@ -225,11 +227,98 @@ TEST_P(LaneKinds, ALaneFromAnotherIncarnationIsRefusedBeforeAnythingIsSent) {
     bring_up();
     // not the instance node 2 knows
     auto lane = lane_to(1, 2, [](LocalIdentity& id) { id.incarnation = 777; });
+    TestNode& b = node(2);
+    const uint64_t duplicates = b.errors(ErrorType::DuplicateNode);
+    const uint64_t busy = b.errors(ErrorType::Busy);
     std::string err;
     EXPECT_EQ(open(*lane, &err), Result::Failed);
     EXPECT_NE(err.find("duplicate_node"), std::string::npos) << err;
     EXPECT_FALSE(lane->is_open());
-    EXPECT_EQ(load_relaxed(&node(2).peer(1).requester_lanes), 0u);
+    EXPECT_EQ(load_relaxed(&b.peer(1).requester_lanes), 0u);
+    // Counted where it was refused, as what it was.
+    EXPECT_TRUE(pump([&] { return b.errors(ErrorType::DuplicateNode) == duplicates + 1; }))
+        << b.errors(ErrorType::DuplicateNode) - duplicates;
+    EXPECT_EQ(b.errors(ErrorType::Busy), busy);
+    EXPECT_TRUE(b.host().logged("refused requester lane"));
+}
+
+TEST_P(LaneKinds, ALaneFromANodeThatIsNotUpIsRefusedAsBusy) {
+    make(2, serve_rpcs_in_place);
+    node(1).paused = true;  // never dials node 2: DOWN there
+    auto lane = lane_to(1, 2);
+    TestNode& b = node(2);
+    std::string err;
+    EXPECT_EQ(open(*lane, &err), Result::Failed);
+    EXPECT_NE(err.find("busy"), std::string::npos) << err;
+    EXPECT_FALSE(lane->is_open());
+    EXPECT_EQ(b.state_of(1), PeerState::Down);
+    EXPECT_TRUE(pump([&] { return b.errors(ErrorType::Busy) == 1; })) << b.errors(ErrorType::Busy);
+    EXPECT_EQ(b.errors(ErrorType::UnauthenticatedLimit), 0u) << "busy is not that";
+    EXPECT_EQ(b.errors(ErrorType::DuplicateNode), 0u);
+    EXPECT_EQ(b.errors(ErrorType::HandshakeFailed), 0u);
+}
+
+// 512 per node (Engine::kMaxRequesterLanes); the next one is refused as busy
+// (and counted so, not as unauthenticated_limit, which is another limit).
+TEST_F(RequesterTest, TheLaneOverTheLimitIsRefusedAsBusy) {
+    constexpr int kLaneLimit = 512;
+    make(2, serve_rpcs_in_place);
+    bring_up();
+    TestNode& b = node(2);
+    std::vector<std::unique_ptr<RequesterLaneBase>> lanes;
+    std::string err;
+    with_engines([&] {
+        for (int i = 0; i < kLaneLimit; i++) {
+            lanes.push_back(lane_to(1, 2));
+            if (lanes.back()->open(now_ns() + 5000000000ull, nullptr, &err) != Result::Ok) return;
+        }
+    });
+    ASSERT_EQ(static_cast<int>(lanes.size()), kLaneLimit);
+    ASSERT_TRUE(lanes.back()->is_open()) << err;
+    ASSERT_TRUE(pump([&] {
+        return load_relaxed(&b.peer(1).requester_lanes) == static_cast<uint32_t>(kLaneLimit);
+    }));
+    EXPECT_EQ(b.errors(ErrorType::Busy), 0u);
+    auto over = lane_to(1, 2);
+    EXPECT_EQ(open(*over, &err), Result::Failed);
+    EXPECT_NE(err.find("busy"), std::string::npos) << err;
+    EXPECT_TRUE(pump([&] { return b.errors(ErrorType::Busy) == 1; })) << b.errors(ErrorType::Busy);
+    EXPECT_EQ(b.errors(ErrorType::UnauthenticatedLimit), 0u);
+    // One lane less, and a new one is taken.
+    lanes.front()->close();
+    EXPECT_TRUE(pump([&] {
+        return load_relaxed(&b.peer(1).requester_lanes) == static_cast<uint32_t>(kLaneLimit - 1);
+    }));
+    EXPECT_EQ(open(*over, &err), Result::Ok) << err;
+    EXPECT_EQ(b.errors(ErrorType::Busy), 1u);
+}
+
+// The reply's seq is the one due, but it answers another RPC: not this
+// call's reply, so the call fails (and closes the lane) rather than hand the
+// caller someone else's answer.
+TEST_P(LaneKinds, AReplyWithTheRightSeqButAnotherRpcIdFailsTheCall) {
+    auto lane = up_with_lane();
+    TestNode& b = node(2);
+    std::string err;
+    std::vector<uint8_t> reply;
+    bool sent = false;
+    ASSERT_EQ(call(*lane, make_rpc_id(12, 1), pattern(16, 1), &reply, &sent, &err), Result::Ok)
+        << err;
+    // The request carries one id and the caller waits for another: node 2
+    // answers the request (seq 2, as due) with the id it carried.
+    const auto req = request(make_rpc_id(12, 2), pattern(16, 2));
+    Result r = Result::Ok;
+    reply.clear();
+    with_engines([&] {
+        r = lane->call(req.data(), static_cast<uint32_t>(req.size()), 0, make_rpc_id(12, 3), 0,
+                       now_ns() + 5000000000ull, nullptr, &reply, &sent, &err);
+    });
+    EXPECT_EQ(r, Result::Failed);
+    EXPECT_TRUE(sent);
+    EXPECT_TRUE(reply.empty());
+    EXPECT_NE(err.find("unexpected frame"), std::string::npos) << err;
+    EXPECT_FALSE(lane->is_open());
+    EXPECT_EQ(b.served_in_place.size(), 2u) << "it ran: its reply came, with the seq due";
 }
 
 TEST_P(LaneKinds, StaleMeansALittleBehindOrTheSameAgain) {

@@ -513,6 +513,8 @@ inline EngineConfig make_config(uint16_t id, const std::vector<NodeAddress>& nod
     c.identity.system_id = kSystemId;
     c.identity.node_id = id;
     c.identity.incarnation = incarnation != 0 ? incarnation : 1000 + id;
+    c.identity.instance = c.identity.incarnation;
+    c.identity.location = 5000 + id;  // a restart is at the same place
     c.identity.key.assign(kKey.begin(), kKey.end());
     // The fault-injecting transport reads the frames it passes (lanes, seqs,
     // message headers): in clear. Tests of mac and secure set them.

@@ -88,7 +88,12 @@ TEST(ErrorLog, Names) {
                           "limit_mismatch",
                           "frame_auth_failed",
                           "unauthenticated_limit",
-                          "accept_paused"};
+                          "accept_paused",
+                          "config_mismatch",
+                          "config_drift",
+                          "busy",
+                          "future_epoch",
+                          "barrier_overdue"};
     static_assert(sizeof(want) / sizeof(want[0]) == kTypes, "one name per type");
     for (size_t i = 0; i < kTypes; i++) {
         EXPECT_STREQ(error_type_name(static_cast<ErrorType>(i)), want[i]);

@@ -43,7 +43,7 @@ class FakeHost final : public WorkerHost {
 
     // ---- what the test sets
     void set_view(uint32_t epoch, NodeMask members) {
-        ms->views[epoch % kViewRing] = View{epoch, 0, members};
+        ms->views[epoch % kViewRing] = View{epoch, 0, members, 0};
         ms->committed_epoch = epoch;
     }
     void set_lease(uint64_t expiry_ms) {

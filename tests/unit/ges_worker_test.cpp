@@ -448,3 +448,79 @@ TEST(GesWorker, AMalformedMessageIsLoggedAndIgnored) {
               std::string::npos);
     EXPECT_TRUE(c.host(1).sent.empty());
 }
+
+namespace {
+
+// A table as text, to compare before and after.
+std::string table_text(GesCluster& c, uint16_t node) {
+    std::string s;
+    for (const LockRow& row : c.worker(node).snapshot())
+        s += row.resource + " " + std::to_string(row.owner_node) + "/" + std::to_string(row.proc) +
+             " " + std::to_string(static_cast<int>(row.state)) + " " +
+             std::to_string(static_cast<int>(row.mode)) + "\n";
+    return s;
+}
+
+ReplayEntry granted_entry(Owner o, const ResourceName& r, LockMode mode, uint64_t request_id) {
+    ReplayEntry e;
+    e.owner = o;
+    e.resource = r;
+    e.state = LockState::Granted;
+    e.granted_mode = mode;
+    e.requested_mode = mode;
+    e.request_id = request_id;
+    e.token = 1;
+    return e;
+}
+
+}  // namespace
+
+// Issue 25, item 6: a replay may only carry the sender's own locks. A batch
+// with one entry of another node is refused whole (wrong_source), during the
+// rebuild and after it, and the master's table is as it was.
+TEST(GesWorker, AReplayNamingAnOwnerOfAnotherNodeIsRefusedAndLeavesTheTableUntouched) {
+    GesCluster c = cluster(3);
+    const ResourceName r = GesCluster::mastered_by(1, {1, 2, 3});
+    const ResourceName other = GesCluster::mastered_by(1, {1, 2, 3}, "other");
+    const uint64_t held = c.request(2, 20, r, LockMode::EX);
+    ASSERT_TRUE(c.granted(2, held));
+
+    // During the rebuild of epoch 11: node 2's own replay is held back, and a
+    // batch from node 2 carries one of its own locks and one of node 3's.
+    c.held = {2};
+    c.commit_view(11, {1, 2, 3});
+    ASSERT_TRUE(c.worker(1).replaying());
+    const std::string before = table_text(c, 1);
+    GesMessage m;
+    m.type = GesMsgType::Replay;
+    m.epoch = 11;
+    m.entries = {granted_entry(Owner{2, 21}, other, LockMode::PR, GesCluster::request_id(21, 1)),
+                 granted_entry(Owner{3, 30}, r, LockMode::EX, GesCluster::request_id(30, 1))};
+    std::vector<uint8_t> body = encode(m);
+    c.worker(1).handle(WorkerRole::Master, 2, body.data(), body.size(), c.now());
+    EXPECT_EQ(table_text(c, 1), before) << "nothing of the batch was taken";
+    EXPECT_EQ(c.host(1).counter(WorkerCounter::WrongSourceRefused), 1u);
+    EXPECT_EQ(c.host(1).errors, std::vector<ErrorType>{ErrorType::WrongSource});
+
+    // Node 2's real replay arrives, but its replay in this epoch was spoiled:
+    // the barrier does not end on an incomplete table.
+    c.held.clear();
+    c.pump();
+    EXPECT_TRUE(c.worker(1).replaying());
+    const uint64_t x = c.request(3, 31, r, LockMode::EX);
+    EXPECT_FALSE(c.granted(3, x));
+
+    // A new epoch replays everything again; the barrier ends, node 2 still holds.
+    c.commit_view(12, {1, 2, 3});
+    EXPECT_FALSE(c.worker(1).replaying());
+    EXPECT_FALSE(c.granted(3, x));
+    EXPECT_TRUE(c.no_conflicting_holders());
+
+    // After the rebuild, too: refused, and the table is as it was.
+    const std::string serving = table_text(c, 1);
+    m.epoch = 12;
+    body = encode(m);
+    c.worker(1).handle(WorkerRole::Master, 2, body.data(), body.size(), c.now());
+    EXPECT_EQ(c.host(1).counter(WorkerCounter::WrongSourceRefused), 2u);
+    EXPECT_EQ(table_text(c, 1), serving);
+}

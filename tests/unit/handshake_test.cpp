@@ -2,6 +2,7 @@
 // refusal, what an unauthenticated peer can learn, the session decision, and
 // hand-built payloads that pin down the wire layout and the proofs.
 #include "ic/handshake.hpp"
+#include "ic/membership.hpp"
 
 #include <gtest/gtest.h>
 #include <openssl/evp.h>
@@ -40,7 +41,8 @@ class TestPolicy : public HandshakePolicy {
         auto it = lanes.find({node_id, lane});
         return it == lanes.end() ? LaneState{} : it->second;
     }
-    RejectReason admit(uint16_t node_id, uint64_t incarnation, uint8_t, std::string* why) override {
+    RejectReason admit(uint16_t node_id, uint64_t incarnation, uint64_t, uint64_t, uint8_t,
+                       std::string* why) override {
         admitted.emplace_back(node_id, incarnation);
         if (admit_verdict != RejectReason::None) *why = "node is connected as another instance";
         return admit_verdict;
@@ -53,6 +55,7 @@ LocalIdentity identity(uint16_t node, uint64_t incarnation, const std::string& k
     id.system_id = kSystemId;
     id.node_id = node;
     id.incarnation = incarnation;
+    id.instance = incarnation;
     id.key.assign(key.begin(), key.end());
     return id;
 }
@@ -210,12 +213,12 @@ TEST(Handshake, FullExchangeFillsBothPeers) {
     EXPECT_EQ(d.peer().node_id, 2);
     EXPECT_EQ(d.peer().incarnation, 2002u);
     EXPECT_EQ(d.peer().last_seq_received, 17u);  // what node 2 has of node 1's messages
-    EXPECT_EQ(d.peer().version, 2);
+    EXPECT_EQ(d.peer().version, 3);
     EXPECT_EQ(d.peer().max_message, 65536u);
     EXPECT_EQ(a.peer().node_id, 1);
     EXPECT_EQ(a.peer().incarnation, 1001u);
     EXPECT_EQ(a.peer().last_seq_received, 41u);
-    EXPECT_EQ(a.peer().version, 2);
+    EXPECT_EQ(a.peer().version, 3);
     // The same session continues on both sides.
     EXPECT_EQ(d.peer().session_id, 55u);
     EXPECT_EQ(a.peer().session_id, 55u);
@@ -302,18 +305,32 @@ TEST(Handshake, WireLayoutAndProofsFollowTheSpec) {
     ASSERT_TRUE(a.done() && d.done());
 
     const Bytes& hello = w.to_acceptor[0].payload;
-    Bytes prefix = Builder{}.le(2, 1).le(2, 1).str("prod").le(kSystemId, 8).le(1, 2).le(0, 1).b;
+    Bytes prefix = Builder{}.le(3, 1).le(3, 1).str("prod").le(kSystemId, 8).le(1, 2).le(0, 1).b;
     ASSERT_EQ(hello.size(), prefix.size() + kNonceSize);
     EXPECT_EQ(head(hello, kNonceSize), prefix);
 
     // The acceptor's first answer is a version and a nonce: nothing derived from the key.
     const Bytes& reply = w.to_dialer[0].payload;
     ASSERT_EQ(reply.size(), 1u + kNonceSize);
-    EXPECT_EQ(reply[0], 2);
+    EXPECT_EQ(reply[0], 3);
     EXPECT_NE(Bytes(hello.end() - kNonceSize, hello.end()), Bytes(reply.begin() + 1, reply.end()));
 
     const Bytes& auth = w.to_acceptor[1].payload;
-    Bytes auth_body = Builder{}.le(1001, 8).le(0x1111, 8).le(0x01020304, 4).le(65536, 4).le(1, 1).b;
+    // incarnation, instance, location, session, last seq, largest message,
+    // protection, then the settings: lms_workers, tcp_paths, witnesses, nodes digest.
+    Bytes auth_body = Builder{}
+                          .le(1001, 8)
+                          .le(1001, 8)
+                          .le(0, 8)
+                          .le(0x1111, 8)
+                          .le(0x01020304, 4)
+                          .le(65536, 4)
+                          .le(1, 1)
+                          .le(0, 2)
+                          .le(0, 1)
+                          .le(0, 8)
+                          .le(0, 8)
+                          .b;
     ASSERT_EQ(auth.size(), auth_body.size() + kProofSize);
     EXPECT_EQ(head(auth, kProofSize), auth_body);
     Bytes transcript = concat(concat(hello, reply), auth_body);
@@ -322,8 +339,20 @@ TEST(Handshake, WireLayoutAndProofsFollowTheSpec) {
 
     const Bytes& ok = w.to_dialer[1].payload;
     // Protection: the stronger of mac (dialer) and secure (acceptor's default).
-    Bytes ok_body =
-        Builder{}.le(2, 2).le(2002, 8).le(0x2222, 8).le(0x0a0b0c0d, 4).le(65536, 4).le(2, 1).b;
+    Bytes ok_body = Builder{}
+                        .le(2, 2)
+                        .le(2002, 8)
+                        .le(2002, 8)
+                        .le(0, 8)
+                        .le(0x2222, 8)
+                        .le(0x0a0b0c0d, 4)
+                        .le(65536, 4)
+                        .le(2, 1)
+                        .le(0, 2)
+                        .le(0, 1)
+                        .le(0, 8)
+                        .le(0, 8)
+                        .b;
     ASSERT_EQ(ok.size(), ok_body.size() + kProofSize);
     EXPECT_EQ(head(ok, kProofSize), ok_body);
     transcript = concat(concat(transcript, Bytes(auth.end() - kProofSize, auth.end())), ok_body);
@@ -381,17 +410,17 @@ TEST(Handshake, RefusalsBeforeTheProofCarryNoDetail) {
         std::string logged;  // what our own log says
     };
     const std::vector<Case> cases = {
-        {hello_payload(2, 2, "other", kSystemId, 1), "10.0.0.1", RejectReason::ClusterMismatch,
+        {hello_payload(3, 3, "other", kSystemId, 1), "10.0.0.1", RejectReason::ClusterMismatch,
          "expected \"prod\""},
-        {hello_payload(2, 2, "prod", 42, 1), "10.0.0.1", RejectReason::SystemMismatch,
+        {hello_payload(3, 3, "prod", 42, 1), "10.0.0.1", RejectReason::SystemMismatch,
          "expected 1234605616436508552"},
-        {hello_payload(2, 2, "prod", kSystemId, 9), "10.0.0.1", RejectReason::UnknownNode,
+        {hello_payload(3, 3, "prod", kSystemId, 9), "10.0.0.1", RejectReason::UnknownNode,
          "not in cluster.nodes"},
-        {hello_payload(2, 2, "prod", kSystemId, 3), "10.0.0.1", RejectReason::AddressMismatch,
+        {hello_payload(3, 3, "prod", kSystemId, 3), "10.0.0.1", RejectReason::AddressMismatch,
          "\"10.0.0.1\""},
-        {hello_payload(2, 2, "prod", kSystemId, 1, 4), "10.0.0.1", RejectReason::UnknownLane,
+        {hello_payload(3, 3, "prod", kSystemId, 1, 4), "10.0.0.1", RejectReason::UnknownLane,
          "lane 4"},
-        {hello_payload(2, 2, "prod", kSystemId, 2), "10.0.0.1", RejectReason::SelfConnect,
+        {hello_payload(3, 3, "prod", kSystemId, 2), "10.0.0.1", RejectReason::SelfConnect,
          "own id"},
         {hello_payload(1, 1, "prod", kSystemId, 1), "10.0.0.1", RejectReason::VersionMismatch,
          "versions 1 to 1"},
@@ -420,7 +449,64 @@ TEST(Handshake, VersionRangeIsNegotiated) {
     feed(a, FrameType::Hello, 1, hello_payload(1, 9, "prod", kSystemId, 1), &out);
     ASSERT_EQ(out.size(), 1u);
     EXPECT_EQ(out[0].type, FrameType::HelloReply);
-    EXPECT_EQ(out[0].payload[0], 2);
+    EXPECT_EQ(out[0].payload[0], 3);
+}
+
+// Settings that safety or routing rest on must be the same on both sides:
+// refused after the proofs (so the detail goes to the peer), naming each
+// setting that differs with both values.
+TEST(Handshake, SettingsThatDifferAreRefusedByName) {
+    Cluster c;
+    c.acceptor_id.settings.lms_workers = 2;
+    c.acceptor_id.settings.tcp_paths = 1;
+    c.acceptor_id.settings.witnesses = nodes_mask({3});
+    c.acceptor_id.settings.nodes_digest = 0xabc;
+    c.dialer_id.settings = c.acceptor_id.settings;
+    {
+        Handshake d = c.dialer(), a = c.acceptor();
+        run(d, a);
+        ASSERT_TRUE(d.done() && a.done());
+        EXPECT_EQ(d.peer().settings, c.acceptor_id.settings);
+        EXPECT_EQ(a.peer().settings, c.dialer_id.settings);
+    }
+    c.dialer_id.settings.lms_workers = 1;
+    c.dialer_id.settings.witnesses = 0;
+    c.acceptor_policy.admitted.clear();
+    Handshake d = c.dialer(), a = c.acceptor();
+    run(d, a);
+    EXPECT_TRUE(a.failed());
+    EXPECT_TRUE(d.failed());
+    EXPECT_EQ(a.reject_reason(), RejectReason::ConfigMismatch);
+    EXPECT_EQ(d.reject_reason(), RejectReason::ConfigMismatch);
+    EXPECT_NE(a.error_text().find("lms_workers is 2 here, 1 on node 1"), std::string::npos)
+        << a.error_text();
+    EXPECT_NE(a.error_text().find("witness_nodes is {3} here, {} on node 1"), std::string::npos)
+        << a.error_text();
+    // The dialer learns why (it proved the key).
+    EXPECT_NE(d.error_text().find("config_mismatch"), std::string::npos) << d.error_text();
+    EXPECT_NE(d.error_text().find("lms_workers is 2 here, 1 on node 1"), std::string::npos)
+        << d.error_text();
+    EXPECT_TRUE(c.acceptor_policy.admitted.empty());
+    // The node lists differ: named by their digests.
+    c.dialer_id.settings = c.acceptor_id.settings;
+    c.dialer_id.settings.nodes_digest = 0xdef;
+    Handshake d2 = c.dialer(), a2 = c.acceptor();
+    run(d2, a2);
+    EXPECT_EQ(a2.reject_reason(), RejectReason::ConfigMismatch);
+    EXPECT_NE(a2.error_text().find("nodes differs (digest 0000000000000abc here, "
+                                   "0000000000000def on node 1)"),
+              std::string::npos)
+        << a2.error_text();
+}
+
+TEST(Handshake, NodesDigestIgnoresOrderAndCaseButNotAddresses) {
+    std::string err;
+    auto a = parse_node_list("1@Db1:7400,2@db2:7400", &err);
+    auto b = parse_node_list("2@db2:7400,1@db1:7400", &err);
+    auto c = parse_node_list("1@db1:7400,2@db2:7401", &err);
+    ASSERT_TRUE(a && b && c);
+    EXPECT_EQ(cluster_nodes_digest(*a), cluster_nodes_digest(*b));
+    EXPECT_NE(cluster_nodes_digest(*a), cluster_nodes_digest(*c));
 }
 
 TEST(Handshake, FramesMustComeFromTheNodeTheyClaim) {
@@ -428,7 +514,7 @@ TEST(Handshake, FramesMustComeFromTheNodeTheyClaim) {
     {
         Handshake a = c.acceptor();
         std::vector<HandshakeOutput> out;
-        feed(a, FrameType::Hello, 3, hello_payload(2, 2, "prod", kSystemId, 1), &out);
+        feed(a, FrameType::Hello, 3, hello_payload(3, 3, "prod", kSystemId, 1), &out);
         EXPECT_TRUE(a.failed());
         EXPECT_EQ(a.reject_reason(), RejectReason::Malformed);
         ASSERT_EQ(out.size(), 1u);  // no HelloReply before the Reject
@@ -505,7 +591,7 @@ TEST(Handshake, DialerReachedAnotherNode) {
 
 TEST(Handshake, MalformedPayloads) {
     Cluster c;
-    const Bytes good = hello_payload(2, 2, "prod", kSystemId, 1);
+    const Bytes good = hello_payload(3, 3, "prod", kSystemId, 1);
     for (const Bytes& bad :
          {Bytes{}, head(good, 1), concat(good, Bytes{0}), hello_payload(3, 2, "prod", kSystemId, 1),
           Builder{}.le(2, 1).le(2, 1).le(200, 1).b}) {
@@ -516,13 +602,14 @@ TEST(Handshake, MalformedPayloads) {
         EXPECT_EQ(a.reject_reason(), RejectReason::Malformed);
         EXPECT_EQ(reject_detail(a, out), "");
     }
-    // A short Auth and an unknown protection mode.
-    for (int variant = 0; variant < 2; ++variant) {
+    // A short Auth, an unknown protection mode, instance 0.
+    for (int variant = 0; variant < 3; ++variant) {
         Handshake d = c.dialer(), a = c.acceptor();
         run(d, a, 1, 2, [&](bool to_acceptor, HandshakeOutput& f) {
             if (!to_acceptor || f.type != FrameType::Auth) return;
             if (variant == 0) f.payload.pop_back();
-            if (variant == 1) f.payload[8 + 8 + 4 + 4] = 7;
+            if (variant == 1) f.payload[8 + 8 + 8 + 8 + 4 + 4] = 7;
+            if (variant == 2) std::fill(f.payload.begin() + 8, f.payload.begin() + 16, 0);
         });
         EXPECT_TRUE(a.failed());
         EXPECT_EQ(a.reject_reason(), RejectReason::Malformed) << variant;

@@ -56,9 +56,10 @@ struct Frame {
     uint16_t from = 0;
     uint16_t to = 0;
     uint64_t to_incarnation = 0;  // frames to an incarnation that restarted are lost
+    uint64_t from_instance = 0;   // the sender's instance (its shared memory)
     bool pong = false;
     int64_t ping_sent_us = 0;  // the ping's send time; a pong echoes it
-    uint8_t gossip[kGossipSize] = {};
+    std::vector<uint8_t> gossip;
 };
 
 struct SimNode {
@@ -66,6 +67,8 @@ struct SimNode {
     std::unique_ptr<MembershipShared> shm;
     std::unique_ptr<Membership> m;
     uint64_t incarnation = 0;
+    uint64_t instance = 0;  // changes with the shared memory (restart())
+    int peer_timeout_ms = 0;  // 0: SimOptions::peer_timeout_ms
     bool frozen = false;  // stopped: receives (buffers), sends and ticks nothing
     bool down = false;    // crashed: frames to it are lost
     int64_t frozen_at_us = 0;
@@ -89,6 +92,9 @@ class SafetyMonitor {
                                 std::to_string(n.last_epoch) + " to " + std::to_string(c.epoch));
             if (c.epoch == 0) continue;
             auto [it, first] = committed_.emplace(c.epoch, c.members);
+            auto [bt, bfirst] = bindings_.emplace(c.epoch, c.binding);
+            if (!bfirst && bt->second != c.binding)
+                fail(trace, "epoch " + std::to_string(c.epoch) + " committed with two bindings");
             if (!first && it->second != c.members)
                 fail(trace, "epoch " + std::to_string(c.epoch) + " committed as " +
                                 mask_text(it->second) + " and as " + mask_text(c.members) +
@@ -135,6 +141,7 @@ class SafetyMonitor {
     }
 
     std::map<uint32_t, NodeMask> committed_;  // every view committed anywhere
+    std::map<uint32_t, uint64_t> bindings_;   // ... and its binding
     int violations_ = 0;
 };
 
@@ -145,7 +152,20 @@ struct SimOptions {
     int64_t max_delay_us = 500;
     int heartbeat_ms = 100;
     int peer_timeout_ms = 1000;  // lease: 750 ms
+    std::vector<int> node_timeouts_ms{};  // per node (index id - 1), else peer_timeout_ms
+    bool reloads = false;  // soak: also reload peer_timeout on random nodes (up or down)
 };
+SimOptions sim(int nodes, uint64_t seed, int64_t min_delay_us = 100, int64_t max_delay_us = 500,
+               int heartbeat_ms = 100, int peer_timeout_ms = 1000) {
+    SimOptions o;
+    o.nodes = nodes;
+    o.seed = seed;
+    o.min_delay_us = min_delay_us;
+    o.max_delay_us = max_delay_us;
+    o.heartbeat_ms = heartbeat_ms;
+    o.peer_timeout_ms = peer_timeout_ms;
+    return o;
+}
 
 // N nodes, one clock, a queue of events (frames, timers, scripted actions).
 class Cluster {
@@ -180,7 +200,7 @@ class Cluster {
         std::vector<View> out;
         for (auto it = monitor_.committed().upper_bound(after); it != monitor_.committed().end();
              ++it)
-            out.push_back(View{it->first, 0, it->second});
+            out.push_back(View{it->first, 0, it->second, 0});
         return out;
     }
 
@@ -237,13 +257,26 @@ class Cluster {
         n.down = false;
         n.frozen = false;
         n.held.clear();
-        n.shm = std::make_unique<MembershipShared>();
-        Membership::init_shared(n.shm.get());
+        n.shm.reset();
         n.last_epoch = 0;
         start(n);
         note("node " + std::to_string(id) + " restarted with new shared memory (incarnation " +
              std::to_string(n.incarnation) + ")");
         check();
+    }
+    // A reload of cluster.peer_timeout on one node.
+    void set_timeout(uint16_t id, int peer_timeout_ms) {
+        SimNode& n = node(id);
+        n.peer_timeout_ms = peer_timeout_ms;
+        n.m->set_timing(opt_.heartbeat_ms, peer_timeout_ms, now_);
+        note("node " + std::to_string(id) + " peer_timeout " + std::to_string(peer_timeout_ms) +
+             " ms");
+    }
+    int timeout_of(const SimNode& n) const {
+        if (n.peer_timeout_ms != 0) return n.peer_timeout_ms;
+        if (static_cast<size_t>(n.id) <= opt_.node_timeouts_ms.size())
+            return opt_.node_timeouts_ms[n.id - 1];
+        return opt_.peer_timeout_ms;
     }
     // The host process restarts; shared memory (votes, views, lease) survives.
     void restart_process(uint16_t id) {
@@ -304,6 +337,24 @@ class Cluster {
         return std::find(h.begin(), h.end(), event) != h.end();
     }
 
+    // Each node's state, for a failure message.
+    std::string dump() {
+        std::string s;
+        for (SimNode& n : nodes_) {
+            const Gossip g = n.m->gossip();
+            s += "  node " + std::to_string(n.id) + " instance " + std::to_string(n.instance) +
+                 " " + member_state_name(n.m->state()) + " committed " +
+                 std::to_string(g.committed.epoch) + mask_text(g.committed.members) +
+                 " accepted " + std::to_string(g.accepted.epoch) +
+                 mask_text(g.accepted.members) + " proposal " +
+                 std::to_string(g.proposal.epoch) + mask_text(g.proposal.members) + " want " +
+                 std::to_string(g.flags & kGossipWantEpoch) + " owners";
+            for (uint16_t id = 1; id <= size(); id++) s += " " + std::to_string(n.m->owner(id));
+            s += "\n";
+        }
+        return s;
+    }
+
     std::string trace() const {
         std::string s;
         for (const std::string& line : trace_) s += "  " + line + "\n";
@@ -327,12 +378,14 @@ class Cluster {
         if (!n.shm) {
             n.shm = std::make_unique<MembershipShared>();
             Membership::init_shared(n.shm.get());
+            // Instances grow with time (older < newer), as the glue's do.
+            n.shm->self_instance = n.instance = ++instances_;
         }
         MembershipConfig cfg;
         cfg.self = n.id;
         cfg.configured = configured_;
         cfg.heartbeat_interval_ms = opt_.heartbeat_ms;
-        cfg.peer_timeout_ms = opt_.peer_timeout_ms;
+        cfg.peer_timeout_ms = timeout_of(n);
         n.m = std::make_unique<Membership>(cfg, n.shm.get());
         n.m->set_unix_clock(sim_unix_clock);
         n.incarnation++;
@@ -421,7 +474,8 @@ class Cluster {
         f.from = n.id;
         f.to = to;
         f.ping_sent_us = now_;
-        encode_gossip(n.m->gossip(), f.gossip);
+        f.from_instance = n.instance;
+        f.gossip = encoded(n.m->gossip());
         send(f);
     }
 
@@ -433,9 +487,20 @@ class Cluster {
             return;
         }
         Gossip g;
-        if (!decode_gossip(f.gossip, kGossipSize, configured_, &g)) {
+        if (!decode_gossip(f.gossip.data(), f.gossip.size(), configured_, &g)) {
             ADD_FAILURE() << "node " << f.to << " cannot decode gossip from node " << f.from;
             return;
+        }
+        // Engine::admit: one instance per node id. The owner's lanes are down
+        // whenever another instance of its id exists here (a restart).
+        if (n.m->owner(f.from) != f.from_instance) {
+            std::string why;
+            if (n.m->claim_verdict(f.from, f.from_instance, f.from, false, now_, &why) ==
+                ClaimVerdict::Refuse) {
+                refusals_++;
+                return;
+            }
+            n.m->set_owner(f.from, f.from_instance, f.from);
         }
         n.m->on_heard(f.from, now_);
         if (!f.pong) {
@@ -445,15 +510,22 @@ class Cluster {
             r.to = f.from;
             r.pong = true;
             r.ping_sent_us = f.ping_sent_us;
+            r.from_instance = n.instance;
             Gossip mine = n.m->gossip();
-            if (n.m->in_accepted_view(f.from)) mine.flags |= kGossipInView;
-            encode_gossip(mine, r.gossip);
+            if (n.m->echo_for(f.from, now_)) mine.flags |= kGossipInView;
+            r.gossip = encoded(mine);
             send(r);
         } else {
-            n.m->on_echo(f.from, f.ping_sent_us, (g.flags & kGossipInView) != 0, now_);
             n.m->on_gossip(f.from, g, now_);
+            n.m->on_echo(f.from, f.ping_sent_us, (g.flags & kGossipInView) != 0, now_);
         }
         membership_tick(n);
+    }
+
+    static std::vector<uint8_t> encoded(const Gossip& g) {
+        std::vector<uint8_t> b(gossip_size(g));
+        encode_gossip(g, b.data());
+        return b;
     }
 
     // Engine::membership_tick: a changed gossip goes to every peer at once.
@@ -491,6 +563,10 @@ class Cluster {
     uint64_t seq_ = 0;
     SafetyMonitor monitor_;
     std::deque<std::string> trace_;
+    uint64_t instances_ = 0;
+
+  public:
+    uint64_t refusals_ = 0;  // frames of an instance refused by claim_verdict
 };
 
 // A cluster that formed its first full view.
@@ -500,13 +576,13 @@ std::unique_ptr<Cluster> formed(SimOptions opt) {
     return c;
 }
 std::unique_ptr<Cluster> formed(int n, uint64_t seed = 1) {
-    return formed(SimOptions{n, seed});
+    return formed(sim(n, seed));
 }
 
 // ---- forming
 
 void expect_forms_within_2s(int n) {
-    Cluster c(SimOptions{n, 7});
+    Cluster c(sim(n, 7));
     ASSERT_TRUE(c.run_until([&] { return c.converged(); }, 2 * kSec)) << c.trace();
     const View v = c.view(1);
     EXPECT_EQ(v.members, first_nodes(n));
@@ -532,10 +608,11 @@ TEST(MembershipSim, FiveNodesFormOneViewWithinTwoSeconds) {
 }
 
 TEST(MembershipSim, OneNodeIsAMemberAtOnceWithALeaseForever) {
-    Cluster c(SimOptions{1, 1});
+    Cluster c(sim(1, 1));
     c.run_for(kSec / 5);  // the first ticks
     EXPECT_EQ(c.state(1), MemberState::Member);
-    EXPECT_EQ(c.view(1), (View{1, 0, node_bit(1)}));
+    EXPECT_EQ(c.view(1).epoch, 1u);
+    EXPECT_EQ(c.view(1).members, node_bit(1));
     EXPECT_EQ(lease_expiry_ms(lease_word(c.shm(1))), kLeaseForever);
     c.run_for(10 * kSec);
     EXPECT_EQ(c.state(1), MemberState::Member);
@@ -837,7 +914,7 @@ TEST(MembershipSim, AVoteForANewerViewRenewsNoLease) {
 TEST(MembershipSim, ViewsAreCommittedInEpochOrderWithASlowHeartbeat) {
     const NodeMask x = nodes_mask({2, 4, 5});
     for (uint64_t seed = 1; seed <= 10; seed++) {
-        auto c = formed(SimOptions{5, seed, 100, 500, 500, 1000});
+        auto c = formed(sim(5, seed, 100, 500, 500, 1000));
         c->run_for(1 * kSec);
         c->cut(1, 2);  // 2 hears 4 and 5: it proposes X
         c->cut(3, 2);
@@ -897,6 +974,10 @@ uint32_t soak(SimOptions opt, int64_t duration_us) {
         c.run_for(pick(50, 1500) * kMs);
         const uint16_t a = any_node();
         const uint16_t b = other_node(a);
+        if (opt.reloads && pick(0, 3) == 0 && !c.node(a).down) {
+            static const int kTimeouts[] = {500, 1000, 2000, 3000};
+            c.set_timeout(a, kTimeouts[pick(0, 3)]);
+        }
         switch (pick(0, 10)) {
             case 0:
             case 1:
@@ -942,9 +1023,9 @@ uint32_t soak(SimOptions opt, int64_t duration_us) {
         if (c.node(id).frozen) c.thaw(id);
         if (c.node(id).down) c.restart(id);
     }
-    EXPECT_TRUE(c.run_until([&] { return c.converged(); }, 5 * kSec))
+    EXPECT_TRUE(c.run_until([&] { return c.converged(); }, (opt.reloads ? 12 : 5) * kSec))
         << "seed " << seed << ", " << n << " nodes\n"
-        << c.trace();
+        << c.trace() << c.dump();
     EXPECT_EQ(c.monitor().violations(), 0) << "seed " << seed << ", " << n << " nodes";
     return c.max_epoch();
 }
@@ -959,10 +1040,97 @@ void soak_seeds(int nodes) {
     uint32_t epochs = 0;
     for (uint64_t seed = 1; seed <= soak_seeds() && !::testing::Test::HasFailure(); seed++) {
         SCOPED_TRACE("seed " + std::to_string(seed));
-        epochs += soak(SimOptions{nodes, seed, 100, 2000}, 60 * kSec);
+        epochs += soak(sim(nodes, seed, 100, 2000), 60 * kSec);
     }
     // The faults did change the membership, many times per run.
     EXPECT_GT(epochs, 10 * soak_seeds());
+}
+
+// ---- settings that differ between nodes (issue: one cluster, one configuration)
+
+// Node 3 has a peer_timeout three times the others' (a reload on it only),
+// holds its lease, and is cut off. Its lease must be over before the others
+// commit a view without it: an echo is good for 3/4 of the smaller timeout.
+// (Before, its lease was 3/4 of its own 3 s: 2.25 s against their 1 s.)
+TEST(MembershipSim, LongerTimeoutOnOneNodeNeverOutlivesItsExclusion) {
+    for (uint64_t seed = 1; seed <= 10; seed++) {
+        SimOptions o = sim(3, seed);
+        o.node_timeouts_ms = {1000, 1000, 3000};
+        auto c = formed(o);
+        c->run_for(500 * kMs);
+        const uint32_t before = c->max_epoch();
+        c->isolate(3);
+        ASSERT_TRUE(c->run_until([&] { return c->max_epoch() > before; }, 5 * kSec))
+            << c->trace();
+        EXPECT_EQ(c->monitor().violations(), 0) << "seed " << seed;
+        EXPECT_TRUE(c->has_history(3, "fenced")) << "seed " << seed;
+        c->heal_all();
+        EXPECT_TRUE(c->run_until([&] { return c->converged(); }, 5 * kSec)) << c->trace();
+    }
+}
+
+// Nodes 1 and 2 lower peer_timeout from 3 s to 1 s; node 3, which holds a
+// lease from their echoes under 3 s, is cut off at once. They may exclude it
+// only once their old window has passed.
+TEST(MembershipSim, LoweredTimeoutKeepsTheOldWindowUntilItPassed) {
+    for (uint64_t seed = 1; seed <= 10; seed++) {
+        auto c = formed(sim(3, seed, 100, 500, 100, 3000));
+        c->run_for(500 * kMs);
+        const uint32_t before = c->max_epoch();
+        const int64_t cut_at = c->now_us();
+        c->set_timeout(1, 1000);
+        c->set_timeout(2, 1000);
+        c->isolate(3);
+        ASSERT_TRUE(c->run_until([&] { return c->max_epoch() > before; }, 10 * kSec))
+            << c->trace();
+        EXPECT_GE(c->now_us() - cut_at, 2250 * kMs) << "seed " << seed;
+        EXPECT_EQ(c->monitor().violations(), 0) << "seed " << seed;
+        // And the cluster goes on with the new value: the next exclusion takes 1 s.
+        c->heal_all();
+        ASSERT_TRUE(c->run_until([&] { return c->converged(); }, 10 * kSec)) << c->trace();
+        c->set_timeout(3, 1000);
+        c->run_for(4 * kSec);
+        const uint32_t again = c->max_epoch();
+        const int64_t second_cut = c->now_us();
+        c->isolate(2);
+        ASSERT_TRUE(c->run_until([&] { return c->max_epoch() > again; }, 10 * kSec))
+            << c->trace();
+        EXPECT_LT(c->now_us() - second_cut, 2000 * kMs) << "seed " << seed;
+        EXPECT_EQ(c->monitor().violations(), 0) << "seed " << seed;
+    }
+}
+
+// A rolling reload, up and down, node by node, under no fault: the view never
+// changes (nobody is excluded) and every node keeps its lease throughout.
+TEST(MembershipSim, RollingReloadChangesNoView) {
+    auto c = formed(sim(3, 3, 100, 500, 100, 1000));
+    const View v = c->view(1);
+    for (int t : {3000, 500, 2000, 1000}) {
+        for (uint16_t id = 1; id <= 3; id++) {
+            c->set_timeout(id, t);
+            c->run_for(700 * kMs);
+            for (uint16_t k = 1; k <= 3; k++) ASSERT_TRUE(c->lease_ok(k)) << c->trace();
+        }
+    }
+    EXPECT_EQ(c->view(1), v);
+    EXPECT_EQ(c->monitor().violations(), 0);
+}
+
+void soak_reload_seeds(int nodes) {
+    for (uint64_t seed = 1; seed <= soak_seeds() && !::testing::Test::HasFailure(); seed++) {
+        SCOPED_TRACE("seed " + std::to_string(seed));
+        SimOptions o = sim(nodes, seed, 100, 2000);
+        o.reloads = true;
+        soak(o, 60 * kSec);
+    }
+}
+
+TEST(MembershipSim, SoakThreeNodesWithReloads) {
+    soak_reload_seeds(3);
+}
+
+TEST(MembershipSim, SoakFiveNodesWithReloads) {
+    soak_reload_seeds(5);
 }
 
 TEST(MembershipSim, SoakThreeNodes) {
@@ -994,69 +1162,262 @@ TEST(MembershipSim, DISABLED_MajorityRestartedWithNewSharedMemoryReusesNoEpoch) 
 
 Gossip sample_gossip() {
     Gossip g;
-    g.committed = View{7, 0, nodes_mask({1, 2, 3})};
-    g.accepted = View{9, 0, nodes_mask({1, 3})};
-    g.proposal = View{9, 0, nodes_mask({1, 3})};
+    uint64_t inst[64] = {};
+    inst[0] = 11;
+    inst[1] = 12;
+    inst[2] = 13;
+    g.committed = View{7, 0, nodes_mask({1, 2, 3}), view_binding(nodes_mask({1, 2, 3}), inst)};
+    g.accepted = View{9, 0, nodes_mask({1, 3}), view_binding(nodes_mask({1, 3}), inst)};
+    g.proposal = g.accepted;
+    g.proposal_instances[0] = 11;
+    g.proposal_instances[2] = 13;
     g.flags = kGossipWantEpoch | kGossipInView;
+    g.peer_timeout_ms = 3000;
+    g.heartbeat_interval_ms = 250;
     return g;
+}
+
+std::vector<uint8_t> encode(const Gossip& g) {
+    std::vector<uint8_t> b(gossip_size(g));
+    encode_gossip(g, b.data());
+    return b;
 }
 
 constexpr NodeMask kThree = 0x7;
 
 TEST(MembershipGossip, RoundTrips) {
-    uint8_t b[kGossipSize];
     const Gossip g = sample_gossip();
-    encode_gossip(g, b);
+    std::vector<uint8_t> b = encode(g);
+    ASSERT_EQ(b.size(), kGossipFixedSize + 2 * 8);  // two proposal members
     Gossip d;
-    ASSERT_TRUE(decode_gossip(b, kGossipSize, kThree, &d));
+    ASSERT_TRUE(decode_gossip(b.data(), b.size(), kThree, &d));
     EXPECT_EQ(d.committed, g.committed);
     EXPECT_EQ(d.accepted, g.accepted);
     EXPECT_EQ(d.proposal, g.proposal);
     EXPECT_EQ(d.flags, g.flags);
+    EXPECT_EQ(d.peer_timeout_ms, 3000u);
+    EXPECT_EQ(d.heartbeat_interval_ms, 250u);
+    EXPECT_EQ(d.proposal_instances[0], 11u);
+    EXPECT_EQ(d.proposal_instances[1], 0u);
+    EXPECT_EQ(d.proposal_instances[2], 13u);
     // Little-endian, at the documented offsets.
     EXPECT_EQ(b[0], 7);
     EXPECT_EQ(b[4], 0x7);
-    EXPECT_EQ(b[12], 9);
-    EXPECT_EQ(b[16], 0x5);
-    EXPECT_EQ(b[24], 9);
-    EXPECT_EQ(b[36], 0x3);
+    EXPECT_EQ(b[20], 9);
+    EXPECT_EQ(b[24], 0x5);
+    EXPECT_EQ(b[40], 9);
+    EXPECT_EQ(b[60], 0x3);
+    EXPECT_EQ(b[64] | b[65] << 8, 3000);
+    EXPECT_EQ(b[68], 250);
+    EXPECT_EQ(b[72], 11);
+    EXPECT_EQ(b[80], 13);
 
+    Gossip none;
+    none.peer_timeout_ms = 100;
+    none.heartbeat_interval_ms = 10;
+    b = encode(none);
     Gossip empty;
-    encode_gossip(Gossip{}, b);
-    ASSERT_TRUE(decode_gossip(b, kGossipSize, kThree, &empty));
+    ASSERT_TRUE(decode_gossip(b.data(), b.size(), kThree, &empty));
     EXPECT_EQ(empty.committed, View{});
     EXPECT_EQ(empty.flags, 0);
 }
 
 TEST(MembershipGossip, RejectsMalformed) {
-    uint8_t good[kGossipSize + 1] = {};
-    encode_gossip(sample_gossip(), good);
+    const std::vector<uint8_t> good = encode(sample_gossip());
     Gossip d;
     auto rejects = [&](const std::function<void(uint8_t*)>& spoil, NodeMask configured = kThree) {
-        uint8_t b[kGossipSize];
-        memcpy(b, good, kGossipSize);
-        spoil(b);
-        return !decode_gossip(b, kGossipSize, configured, &d);
+        std::vector<uint8_t> b = good;
+        spoil(b.data());
+        return !decode_gossip(b.data(), b.size(), configured, &d);
     };
-    EXPECT_FALSE(decode_gossip(good, kGossipSize - 1, kThree, &d)) << "short";
-    EXPECT_FALSE(decode_gossip(good, kGossipSize + 1, kThree, &d)) << "long";
-    for (size_t i = 37; i < kGossipSize; i++)
+    EXPECT_FALSE(decode_gossip(good.data(), good.size() - 1, kThree, &d)) << "short";
+    std::vector<uint8_t> longer = good;
+    longer.push_back(0);
+    EXPECT_FALSE(decode_gossip(longer.data(), longer.size(), kThree, &d)) << "long";
+    for (size_t i = 61; i < 64; i++)
         EXPECT_TRUE(rejects([i](uint8_t* b) { b[i] = 1; })) << "reserved byte " << i;
-    EXPECT_TRUE(rejects([](uint8_t* b) { b[36] = 0x04; })) << "unknown flag";
-    EXPECT_TRUE(rejects([](uint8_t* b) { b[36] = 0x80 | kGossipInView; })) << "unknown flag";
+    EXPECT_TRUE(rejects([](uint8_t* b) { b[60] = 0x04; })) << "unknown flag";
+    EXPECT_TRUE(rejects([](uint8_t* b) { b[60] = 0x80 | kGossipInView; })) << "unknown flag";
     // A node outside the configured ones, in each view.
-    for (size_t at : {4, 16, 28})
+    for (size_t at : {4, 24, 44})
         EXPECT_TRUE(rejects([at](uint8_t* b) { b[at] |= 0x08; })) << "member 4 at " << at;
     EXPECT_TRUE(rejects([](uint8_t* b) { b[11] = 0x80; })) << "member 64";
     // An epoch without members and members without an epoch.
-    for (size_t at : {0, 12, 24}) {
+    for (size_t at : {0, 20, 40}) {
         EXPECT_TRUE(rejects([at](uint8_t* b) { memset(b + at, 0, 4); })) << "epoch 0 at " << at;
         EXPECT_TRUE(rejects([at](uint8_t* b) { memset(b + at + 4, 0, 8); }))
             << "no members at " << at;
     }
-    // The same bytes are fine for a cluster that configures node 4.
+    // Timing out of the settings' bounds.
+    EXPECT_TRUE(rejects([](uint8_t* b) { memset(b + 64, 0, 4); })) << "peer_timeout 0";
+    EXPECT_TRUE(rejects([](uint8_t* b) { memset(b + 68, 0xff, 4); })) << "heartbeat huge";
+    // A proposal whose instances do not give its binding, or one of them 0.
+    EXPECT_TRUE(rejects([](uint8_t* b) { b[72] ^= 1; })) << "instance altered";
+    EXPECT_TRUE(rejects([](uint8_t* b) { b[52] ^= 1; })) << "binding altered";
+    EXPECT_TRUE(rejects([](uint8_t* b) { memset(b + 80, 0, 8); })) << "instance 0";
+    // The same bytes are fine for a cluster that configures node 4 (the
+    // committed view's binding is not checked: only its members).
     EXPECT_FALSE(rejects([](uint8_t* b) { b[4] |= 0x08; }, 0xF));
-    EXPECT_TRUE(decode_gossip(good, kGossipSize, kThree, &d));
+    EXPECT_TRUE(decode_gossip(good.data(), good.size(), kThree, &d));
+}
+
+// ---- one instance per node id (Membership::claim_verdict)
+
+struct ClaimFixture {
+    MembershipShared shm{};
+    std::unique_ptr<Membership> m;
+    explicit ClaimFixture(uint16_t self = 1) {
+        Membership::init_shared(&shm);
+        shm.self_instance = 100;
+        MembershipConfig cfg;
+        cfg.self = self;
+        cfg.configured = first_nodes(3);
+        cfg.heartbeat_interval_ms = 100;
+        cfg.peer_timeout_ms = 1000;
+        m = std::make_unique<Membership>(cfg, &shm);
+        m->set_unix_clock(sim_unix_clock);
+        m->tick(kStartUs);  // started at kStartUs
+    }
+    ClaimVerdict claim(uint16_t node, uint64_t instance, bool lanes_up, int64_t now,
+                       std::string* why = nullptr) {
+        std::string w;
+        return m->claim_verdict(node, instance, 0, lanes_up, now, why ? why : &w);
+    }
+};
+
+TEST(MembershipClaims, FirstInstanceAndTheOwnerAreAdmitted) {
+    ClaimFixture f;
+    EXPECT_EQ(f.claim(2, 50, false, kStartUs), ClaimVerdict::Admit);
+    f.m->set_owner(2, 50, 0);
+    EXPECT_EQ(f.claim(2, 50, true, kStartUs), ClaimVerdict::Admit);
+    EXPECT_EQ(f.m->owner(2), 50u);
+    EXPECT_EQ(f.m->owner(1), 100u);  // ourselves: our own instance
+}
+
+TEST(MembershipClaims, AnotherInstanceWaitsOutTheWindowAfterOurStart) {
+    ClaimFixture f;
+    f.m->set_owner(2, 50, 0);
+    // Just started: the owner may hold a lease through an echo we gave before.
+    std::string why;
+    EXPECT_EQ(f.claim(2, 60, false, kStartUs + 500 * kMs, &why), ClaimVerdict::Refuse);
+    EXPECT_NE(why.find("instance 60 claiming node 2 is refused: it is instance 50"),
+              std::string::npos)
+        << why;
+    // A window later, silent and not connected: it gives way.
+    EXPECT_EQ(f.claim(2, 60, false, kStartUs + 1001 * kMs), ClaimVerdict::Switch);
+}
+
+TEST(MembershipClaims, TheOlderOfTwoLiveInstancesWins) {
+    ClaimFixture f;
+    f.m->set_owner(2, 50, 0);
+    const int64_t later = kStartUs + 5 * kSec;
+    f.m->on_heard(2, later);
+    EXPECT_EQ(f.claim(2, 60, true, later), ClaimVerdict::Refuse);   // newer: refused
+    EXPECT_EQ(f.claim(2, 40, true, later), ClaimVerdict::Switch);   // older: wins
+    EXPECT_EQ(f.claim(2, 60, false, later + 500 * kMs), ClaimVerdict::Refuse);  // heard lately
+    EXPECT_EQ(f.claim(2, 60, false, later + 1500 * kMs), ClaimVerdict::Switch);  // silent
+}
+
+TEST(MembershipClaims, AnInstanceWeEchoedKeepsTheIdForAWindow) {
+    ClaimFixture f;
+    f.m->set_owner(2, 50, 0);
+    // Our vote binds node 2 to instance 50 and a committed view has it.
+    uint64_t inst[64] = {};
+    inst[0] = 100;
+    inst[1] = 50;
+    inst[2] = 70;
+    Gossip g;
+    g.peer_timeout_ms = 1000;
+    g.heartbeat_interval_ms = 100;
+    g.proposal = View{5, 0, first_nodes(3), view_binding(first_nodes(3), inst)};
+    for (int i = 0; i < 3; i++) g.proposal_instances[i] = inst[i];
+    const int64_t t = kStartUs + 5 * kSec;
+    f.m->on_heard(2, t);
+    f.m->on_heard(3, t);
+    f.m->on_gossip(2, g, t);
+    ASSERT_EQ(f.shm.accepted.epoch, 5u);
+    g.proposal = View{};
+    g.committed = View{5, 0, first_nodes(3), view_binding(first_nodes(3), inst)};
+    f.m->on_gossip(2, g, t);
+    ASSERT_EQ(committed_view(&f.shm).epoch, 5u);
+    ASSERT_TRUE(f.m->echo_for(2, t));  // a pong to it counts toward its lease
+    // Silent since, not connected, and newer or older: refused within the window.
+    EXPECT_EQ(f.claim(2, 60, false, t + 900 * kMs), ClaimVerdict::Refuse);
+    EXPECT_EQ(f.claim(2, 40, false, t + 900 * kMs), ClaimVerdict::Refuse);
+    // But the instance the vote binds is always admitted over another owner.
+    f.m->set_owner(2, 60, 0);
+    EXPECT_FALSE(f.m->in_accepted_view(2));  // no echo for an instance our vote does not bind
+    EXPECT_EQ(f.claim(2, 50, true, t + 900 * kMs), ClaimVerdict::Switch);
+    f.m->set_owner(2, 50, 0);
+    EXPECT_TRUE(f.m->in_accepted_view(2));
+    // A window after our last echo, the id is free again.
+    EXPECT_EQ(f.claim(2, 60, false, t + 1100 * kMs), ClaimVerdict::Switch);
+}
+
+TEST(MembershipClaims, AnInstanceFromTheOwnersDataDirectoryIsARestart) {
+    ClaimFixture f;
+    f.m->set_owner(2, 50, 777);
+    // Within the window after our start, from elsewhere: refused; from the
+    // owner's own data directory: the owner is gone, admitted at once.
+    EXPECT_EQ(f.claim(2, 60, false, kStartUs + 100 * kMs), ClaimVerdict::Refuse);
+    std::string why;
+    EXPECT_EQ(f.m->claim_verdict(2, 60, 777, true, kStartUs + 100 * kMs, &why),
+              ClaimVerdict::Switch);
+    EXPECT_EQ(f.m->claim_verdict(2, 60, 778, false, kStartUs + 100 * kMs, &why),
+              ClaimVerdict::Refuse);
+}
+
+TEST(MembershipClaims, AVoteIsRefusedForAViewBindingAnotherInstance) {
+    ClaimFixture f;
+    f.m->set_owner(2, 50, 0);
+    f.m->set_owner(3, 70, 0);
+    uint64_t inst[64] = {};
+    inst[0] = 100;
+    inst[1] = 99;  // not the node 2 we admitted
+    inst[2] = 70;
+    Gossip g;
+    g.peer_timeout_ms = 1000;
+    g.heartbeat_interval_ms = 100;
+    g.proposal = View{5, 0, first_nodes(3), view_binding(first_nodes(3), inst)};
+    for (int i = 0; i < 3; i++) g.proposal_instances[i] = inst[i];
+    const int64_t t = kStartUs + 5 * kSec;
+    f.m->on_gossip(2, g, t);
+    EXPECT_EQ(f.shm.accepted.epoch, 0u);
+    bool logged = false;
+    for (const std::string& line : f.m->take_logs())
+        logged = logged || line.find("binds node 2 to instance 99, but here node 2 is instance "
+                                     "50") != std::string::npos;
+    EXPECT_TRUE(logged);
+    // The same view binding the instance we know is voted for.
+    inst[1] = 50;
+    g.proposal = View{5, 0, first_nodes(3), view_binding(first_nodes(3), inst)};
+    for (int i = 0; i < 3; i++) g.proposal_instances[i] = inst[i];
+    f.m->on_gossip(2, g, t);
+    EXPECT_EQ(f.shm.accepted.epoch, 5u);
+}
+
+TEST(MembershipClaims, EpochsDoNotWrap) {
+    ClaimFixture f;
+    f.m->set_owner(2, 50, 0);
+    f.m->set_owner(3, 70, 0);
+    Gossip g;
+    g.peer_timeout_ms = 1000;
+    g.heartbeat_interval_ms = 100;
+    uint64_t inst[64] = {};
+    inst[1] = 50;
+    inst[2] = 70;
+    g.accepted = View{UINT32_MAX, 0, nodes_mask({2, 3}), view_binding(nodes_mask({2, 3}), inst)};
+    const int64_t t = kStartUs + 5 * kSec;
+    f.m->on_heard(2, t);
+    f.m->on_heard(3, t);
+    f.m->on_gossip(2, g, t);
+    f.m->on_gossip(3, g, t);
+    f.m->tick(t);
+    EXPECT_EQ(f.m->gossip().proposal.epoch, 0u);  // no proposal for epoch 0 (a wrap)
+    bool logged = false;
+    for (const std::string& line : f.m->take_logs())
+        logged = logged || line.find("is the last one") != std::string::npos;
+    EXPECT_TRUE(logged);
 }
 
 TEST(MembershipGossip, MaskHelpers) {
