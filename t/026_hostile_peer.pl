@@ -45,6 +45,14 @@ for my $i (2, 3)
 my $sysid = $n2->safe_psql('postgres', 'SELECT system_identifier FROM pg_control_system()');
 my $cluster = $n2->safe_psql('postgres', 'SHOW cluster.name');
 my %start_time = map { $_ => $c->node($_)->safe_psql('postgres', 'SELECT pg_postmaster_start_time()') } (2, 3);
+# The settings every node must share (sent in Auth) and the timing our pongs carry.
+my %setting = map {
+	$_ => $n2->safe_psql('postgres', "SELECT setting FROM pg_settings WHERE name = 'cluster.$_'")
+} qw(nodes lms_workers tcp_paths witness_nodes peer_timeout heartbeat_interval);
+my @settings_args = (
+	'--nodes', $setting{nodes}, '--lms-workers', $setting{lms_workers},
+	'--tcp-paths', $setting{tcp_paths}, '--witnesses', $setting{witness_nodes},
+	'--peer-timeout', $setting{peer_timeout}, '--heartbeat-interval', $setting{heartbeat_interval});
 
 # Runs one case; returns (exit code, { RESULT key => value }, stdout . stderr).
 sub peer
@@ -54,7 +62,7 @@ sub peer
 	my @cmd = (
 		'python3', $peer_py, '--host', '127.0.0.1', '--port', $c->ic_port($target),
 		'--key-file', $c->{key_file}, '--node-id', $a{as} // 1, '--cluster', $cluster,
-		'--system-id', $sysid, '--case', $a{case}, @{ $a{args} // [] });
+		'--system-id', $sysid, '--case', $a{case}, @settings_args, @{ $a{args} // [] });
 	push @cmd, '--skip' if $skip{ $a{case} };
 	my ($out, $err) = ('', '');
 	IPC::Run::run(\@cmd, '>', \$out, '2>', \$err, IPC::Run::timeout(90));
@@ -243,7 +251,7 @@ sub flood
 	my ($out, $err) = ('', '');
 	my @cmd = ('python3', $peer_py, '--port', $c->ic_port(2), '--key-file', $c->{key_file},
 		'--node-id', 1, '--cluster', $cluster, '--system-id', $sysid, '--case', 'flood',
-		'--count', 1100, '--hold', 20, @extra);
+		'--count', 1100, '--hold', 20, @settings_args, @extra);
 	push @cmd, '--skip' if $skip{flood};
 	my $h = IPC::Run::start(\@cmd, '>', \$out, '2>', \$err, IPC::Run::timeout(60));
 	$h->pump until $out =~ /FLOOD_READY|skipped/ || !$h->pumpable;

@@ -63,9 +63,12 @@ my %families = (
 	(
 		map { ("pg_cluster_ic_peers_$_" => 'gauge') }
 		  qw(up state_seconds paths_up paths epoch rtt_seconds last_heard_seconds queued_msgs
-		  queued_bytes unacked_msgs)
+		  queued_bytes unacked_msgs peer_timeout_seconds)
 	),
-	(map { ("pg_cluster_ic_peers_${_}_total" => 'counter') } qw(notes_recv session_resets)),
+	(
+		map { ("pg_cluster_ic_peers_${_}_total" => 'counter') }
+		  qw(notes_recv session_resets config_refusals duplicate_refusals)
+	),
 	pg_cluster_ic_peer_state => 'gauge',
 	(map { ("pg_cluster_ges_locks_$_" => 'gauge') } qw(requests oldest_seconds)),
 	(
@@ -87,7 +90,10 @@ my %verbs_families = (
 	(map { ("pg_cluster_rdma_verbs_$_" => 'gauge') } qw(mr_cache_hit_rate cq_depth mtu)),
 );
 # Not a number where the view has NULL: this instance's own RTT and last contact.
-my %nan_ok = map { $_ => 1 } qw(pg_cluster_ic_peers_rtt_seconds pg_cluster_ic_peers_last_heard_seconds);
+# And a peer's timing before its first heartbeat.
+my %nan_ok = map { $_ => 1 }
+  qw(pg_cluster_ic_peers_rtt_seconds pg_cluster_ic_peers_last_heard_seconds
+  pg_cluster_ic_peers_peer_timeout_seconds);
 
 my $c = PgracCluster->new(n => 3, tier => 'tier3');
 my ($n1, $n2, $n3) = map { $c->node($_) } 1 .. 3;

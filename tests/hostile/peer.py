@@ -82,6 +82,28 @@ REJECT_REASONS = {1: "malformed", 2: "version_mismatch", 3: "cluster_mismatch",
                   14: "wrong_direction", 15: "config_mismatch"}
 
 
+# The settings every node must share (docs/protocol.md, "Auth and AuthOk"),
+# and our timing for heartbeats; main() fills them in from the arguments.
+SETTINGS = dict(lms_workers=2, tcp_paths=1, witnesses=0, nodes="", instance=1,
+                peer_timeout=10000, heartbeat_interval=1000)
+
+
+def nodes_digest(text):
+    """SHA-256 of "id@host:port," per node by id (host lower-cased), first 8 bytes LE."""
+    entries = []
+    for e in filter(None, (x.strip() for x in text.split(","))):
+        nid, rest = e.split("@", 1)
+        host, port = rest.rsplit(":", 1)
+        entries.append((int(nid), host.strip("[]").lower(), int(port)))
+    canon = "".join("%d@%s:%d," % t for t in sorted(entries))
+    return struct.unpack("<Q", hashlib.sha256(canon.encode()).digest()[:8])[0]
+
+
+def settings_block():
+    return struct.pack("<HBQQ", SETTINGS["lms_workers"], SETTINGS["tcp_paths"],
+                       SETTINGS["witnesses"], nodes_digest(SETTINGS["nodes"]))
+
+
 def pack_header(ftype, flags, src, payload_len, seq=0, ack=0, crc=0, magic=MAGIC,
                 version=VERSION):
     return struct.pack("<HBBHHIIII", magic, version, ftype, flags, src, payload_len, seq, ack,
@@ -288,7 +310,7 @@ class Peer:
         return h, payload
 
     # -- handshake
-    def hello_payload(self, min_v=2, max_v=2):
+    def hello_payload(self, min_v=3, max_v=3):
         self.nonce_d = os.urandom(32)
         return (bytes([min_v, max_v]) + pstr(self.cluster) + struct.pack("<Q", self.system_id)
                 + struct.pack("<H", self.node_id) + bytes([self.lane]) + self.nonce_d)
@@ -314,23 +336,26 @@ class Peer:
             raise ProtocolError("HelloReply of %d bytes, expected 33" % len(reply))
         self.remote_id = h["src"]
         version, nonce_a = reply[0], reply[1:]
-        if version != 2:
+        if version != 3:
             raise ProtocolError("version %d" % version)
-        auth_np = struct.pack("<QQIIB", self.incarnation, 0, 0, self.max_message,
-                              self.protection)
+        # incarnation, instance, location (0: unknown), session, last seq,
+        # largest message, protection; then the settings block.
+        auth_np = struct.pack("<QQQQIIB", self.incarnation, SETTINGS["instance"], 0, 0, 0,
+                              self.max_message, self.protection) + settings_block()
         proof_d = hmac.new(key, b"pgrac-ic v2 dialer" + hello + reply + auth_np,
                            hashlib.sha256).digest()
         auth = auth_np + proof_d
         self.send_raw(frame(AUTH, auth, self.node_id))
         h, ok = self.expect_handshake(AUTH_OK)
-        if len(ok) != 2 + 8 + 8 + 4 + 4 + 1 + 32:
+        if len(ok) != 2 + 8 * 4 + 4 + 4 + 1 + 19 + 32:
             raise ProtocolError("AuthOk of %d bytes" % len(ok))
         ok_np, proof_a = ok[:-32], ok[-32:]
         want = hmac.new(key, b"pgrac-ic v2 acceptor" + hello + reply + auth + ok_np,
                         hashlib.sha256).digest()
         if not hmac.compare_digest(want, proof_a):
             raise ProtocolError("acceptor proof does not verify")
-        (a_node, a_inc, a_sess, a_last, a_max, a_prot) = struct.unpack("<HQQIIB", ok_np)
+        (a_node, a_inc, a_inst, a_loc, a_sess, a_last, a_max, a_prot) = struct.unpack(
+            "<HQQQQIIB", ok_np[:43])
         self.remote_incarnation = a_inc
         if a_max != self.max_message:
             raise ProtocolError("limit mismatch %d" % a_max)
@@ -372,10 +397,13 @@ class Peer:
             if h["seq"] == self.last_recv_seq + 1:
                 self.last_recv_seq = h["seq"]
             return h, p
-        if h["type"] == HEARTBEAT and len(p) == 56 and p[0] == 0:
+        if h["type"] == HEARTBEAT and len(p) >= 16 + 72 and p[0] == 0:
             kind, epoch, ts = struct.unpack("<B3xIQ", p[:16])
             self.peer_epoch = epoch
-            pong = bytes([1, 0, 0, 0]) + struct.pack("<IQ", 0, ts) + bytes(40)
+            # No view of ours (three empty views, no flags), and our timing.
+            gossip = bytes(64) + struct.pack("<II", SETTINGS["peer_timeout"],
+                                             SETTINGS["heartbeat_interval"])
+            pong = bytes([1, 0, 0, 0]) + struct.pack("<IQ", 0, ts) + gossip
             self.send(HEARTBEAT, pong)
         return None
 
@@ -793,6 +821,14 @@ def main():
     ap.add_argument("--cluster", default="pgrac")
     ap.add_argument("--system-id", type=int, required=True)
     ap.add_argument("--case", required=True, choices=sorted(CASES) + ["list"])
+    ap.add_argument("--nodes", default="", help="cluster.nodes of the instance attacked")
+    ap.add_argument("--lms-workers", type=int, default=2)
+    ap.add_argument("--tcp-paths", type=int, default=1)
+    ap.add_argument("--witnesses", default="", help="cluster.witness_nodes")
+    ap.add_argument("--instance", type=int, default=1,
+                    help="the instance we claim to be (1: older than any real one)")
+    ap.add_argument("--peer-timeout", type=int, default=10000, help="ms")
+    ap.add_argument("--heartbeat-interval", type=int, default=1000, help="ms")
     ap.add_argument("--count", type=int, default=1100, help="flood: connections")
     ap.add_argument("--hold", type=float, default=20.0, help="flood: seconds")
     ap.add_argument("--reopen", action="store_true",
@@ -800,6 +836,10 @@ def main():
     ap.add_argument("--skip", action="store_true",
                     help="do not attack (to check that the TAP assertions can fail)")
     a = ap.parse_args()
+    SETTINGS.update(lms_workers=a.lms_workers, tcp_paths=a.tcp_paths, nodes=a.nodes,
+                    instance=a.instance, peer_timeout=a.peer_timeout,
+                    heartbeat_interval=a.heartbeat_interval,
+                    witnesses=sum(1 << (int(i) - 1) for i in a.witnesses.split(",") if i.strip()))
     if a.skip:
         result(skipped="yes")
         return 0
