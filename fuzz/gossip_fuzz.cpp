@@ -22,8 +22,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!decode_gossip(in.data(), in.size(), configured, &g)) return 0;
     if ((g.committed.members | g.accepted.members | g.proposal.members) & ~configured)
         std::abort();  // a node that is not configured got through
-    if (g.proposal.binding != view_binding(g.proposal.members, g.proposal_instances))
-        std::abort();
+    if (g.proposal.binding != view_binding(g.proposal.members, g.proposal_instances)) std::abort();
     if (gossip_size(g) != in.size()) std::abort();
     std::vector<uint8_t> out(gossip_size(g));
     encode_gossip(g, out.data());

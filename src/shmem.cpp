@@ -48,8 +48,8 @@ void request_shmem() {
 uint64_t new_instance() {
     uint64_t r = 0;
     if (!pg_strong_random(&r, sizeof r)) r = static_cast<uint64_t>(MyProcPid);
-    const uint64_t v =
-        (static_cast<uint64_t>(pgrac::ic::unix_time_us()) << 8 ^ (r & 0xff)) & 0x7fffffffffffffffULL;
+    const uint64_t v = (static_cast<uint64_t>(pgrac::ic::unix_time_us()) << 8 ^ (r & 0xff)) &
+                       0x7fffffffffffffffULL;
     return v == 0 ? 1 : v;
 }
 

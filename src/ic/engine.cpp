@@ -33,7 +33,8 @@ NodeMask configured_mask(const std::vector<NodeAddress>& nodes) {
 // without one, as in tests, takes the listener's incarnation).
 MembershipShared* with_instance(IcShared* shm, LocalIdentity* identity) {
     MembershipShared* m = &shm->membership;
-    if (m->self_instance == 0) m->self_instance = identity->incarnation != 0 ? identity->incarnation : 1;
+    if (m->self_instance == 0)
+        m->self_instance = identity->incarnation != 0 ? identity->incarnation : 1;
     identity->instance = m->self_instance;
     if (identity->location == 0) identity->location = m->self_location;
     return m;

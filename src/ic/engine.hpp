@@ -134,8 +134,8 @@ class Engine final : public tiers::TransportHandler, public HandshakePolicy {
     RejectReason check_peer(uint16_t node_id, const std::string& peer_address,
                             uint8_t lane) override;
     LaneState lane_state(uint16_t node_id, uint8_t lane) override;
-    RejectReason admit(uint16_t node_id, uint64_t incarnation, uint64_t instance,
-                       uint64_t location, uint8_t lane, std::string* why) override;
+    RejectReason admit(uint16_t node_id, uint64_t incarnation, uint64_t instance, uint64_t location,
+                       uint8_t lane, std::string* why) override;
 
   private:
     struct Lane {

@@ -647,8 +647,8 @@ RejectReason Engine::admit(uint16_t node_id, uint64_t incarnation, uint64_t inst
     const ClaimVerdict v =
         membership_.claim_verdict(node_id, instance, location, up > 0, now_us(), &reason);
     if (v != ClaimVerdict::Refuse) return RejectReason::None;
-    *why = "are two instances configured with cluster.node_id = " + std::to_string(node_id) +
-           "? " + reason + ", at " + (p->owner_host.empty() ? p->addr.host : p->owner_host);
+    *why = "are two instances configured with cluster.node_id = " + std::to_string(node_id) + "? " +
+           reason + ", at " + (p->owner_host.empty() ? p->addr.host : p->owner_host);
     count(&p->shm->duplicate_refusals);
     return RejectReason::DuplicateNode;
 }

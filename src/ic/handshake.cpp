@@ -475,7 +475,8 @@ void Handshake::on_auth(const uint8_t* payload, size_t len, std::vector<Handshak
     peer_authenticated_ = true;
     transcript_.insert(transcript_.end(), d.proof.begin(), d.proof.end());
     if (!admit_peer(pending_.node_id, d.max_message, d.settings, d.incarnation, d.instance,
-                    d.location, out)) return;
+                    d.location, out))
+        return;
 
     const LaneState mine = policy_.lane_state(pending_.node_id, pending_.lane);
     pending_.incarnation = d.incarnation;
@@ -536,7 +537,8 @@ void Handshake::on_auth_ok(const uint8_t* payload, size_t len, std::vector<Hands
                         ", weaker than this node's " + wire_protection_name(local_.protection),
                     out);
     if (!admit_peer(expected_peer_, a.max_message, a.settings, a.incarnation, a.instance,
-                    a.location, out)) return;
+                    a.location, out))
+        return;
     pending_.node_id = a.node_id;
     pending_.settings = a.settings;
     pending_.incarnation = a.incarnation;
@@ -564,13 +566,12 @@ bool Handshake::admit_peer(uint16_t node, uint32_t max_message, const ClusterSet
     }
     const std::string differs = settings_mismatch(local_.settings, settings, node);
     if (!differs.empty()) {
-        fail(RejectReason::ConfigMismatch,
-             differs + ": every node must have the same values",
-             out);
+        fail(RejectReason::ConfigMismatch, differs + ": every node must have the same values", out);
         return false;
     }
     std::string why;
-    const RejectReason admitted = policy_.admit(node, incarnation, instance, location, pending_.lane, &why);
+    const RejectReason admitted =
+        policy_.admit(node, incarnation, instance, location, pending_.lane, &why);
     if (admitted == RejectReason::None) return true;
     fail(admitted, why, out);
     return false;

@@ -62,7 +62,8 @@ enum class RejectReason : uint16_t {
     DuplicateNode = 12,   // another instance with this node id is connected
     Busy = 13,            // too many unauthenticated connections
     WrongDirection = 14,  // the node with the lower id dials; this one should not
-    ConfigMismatch = 15,  // a setting that safety or routing rests on differs (ic/cluster_config.hpp)
+    ConfigMismatch =
+        15,  // a setting that safety or routing rests on differs (ic/cluster_config.hpp)
 };
 inline constexpr uint16_t kMaxRejectReason = 15;
 // Stable lower-case name, e.g. "wrong_key".
@@ -75,7 +76,7 @@ struct LocalIdentity {
     uint64_t incarnation = 0;  // this listener's run: sessions start anew with another
     uint64_t instance = 0;     // this instance (postmaster lifetime): membership binds it
     uint64_t location = 0;     // its data directory on its host (0: unknown): instance_location()
-    std::vector<uint8_t> key;                            // shared secret from cluster.auth_key_file
+    std::vector<uint8_t> key;  // shared secret from cluster.auth_key_file
     uint32_t max_message = 65536;                        // PGRAC_IC_MAX_MESSAGE
     WireProtection protection = WireProtection::Secure;  // cluster.wire_protection
     ClusterSettings settings{};  // must equal the peer's (config_mismatch otherwise)

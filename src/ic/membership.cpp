@@ -149,8 +149,7 @@ bool decode_gossip(const uint8_t* in, size_t len, NodeMask configured, Gossip* o
         if (g.proposal_instances[id - 1] == 0) return false;
         off += 8;
     }
-    if (g.proposal.binding != view_binding(g.proposal.members, g.proposal_instances))
-        return false;
+    if (g.proposal.binding != view_binding(g.proposal.members, g.proposal_instances)) return false;
     *out = g;
     return true;
 }
@@ -613,7 +612,8 @@ int64_t Membership::computed_expiry_us() const {
     if (need <= 0) return INT64_MAX;
     std::vector<int64_t> ends;
     for (uint16_t id : mask_nodes(cfg_.configured))
-        if (id != cfg_.self && peers_[id - 1].expiry_us > 0) ends.push_back(peers_[id - 1].expiry_us);
+        if (id != cfg_.self && peers_[id - 1].expiry_us > 0)
+            ends.push_back(peers_[id - 1].expiry_us);
     if (static_cast<int>(ends.size()) < need) return 0;
     std::sort(ends.rbegin(), ends.rend());
     return ends[need - 1];
@@ -637,8 +637,10 @@ void Membership::check_lease(int64_t now_us) {
         const uint64_t w = lease_word(shm_);
         const uint64_t exp_ms = lease_expiry_ms(w);
         if (exp_ms == 0 || !lease_valid(w, to_lease_ms(now_us))) {
-            fence(now_us, exp_ms == 0 ? now_us
-                             : static_cast<int64_t>(exp_ms + load_relaxed(&shm_->clock_base_ms)) * 1000,
+            fence(now_us,
+                  exp_ms == 0
+                      ? now_us
+                      : static_cast<int64_t>(exp_ms + load_relaxed(&shm_->clock_base_ms)) * 1000,
                   "lease expired: no echo from a majority for " +
                       std::to_string(load_relaxed(&shm_->lease_ms)) + " ms");
             return;
@@ -755,8 +757,8 @@ void Membership::propose(int64_t now_us) {
     // Keep a live proposal for the same members a while; then try a higher epoch.
     if (proposal_.epoch != 0 && proposal_.members == d && proposal_.binding == binding &&
         proposal_.epoch >= top &&
-        now_us - proposed_at_us_ < proposal_life_us(cfg_.heartbeat_interval_ms,
-                                                    min_known_timeout_ms()))
+        now_us - proposed_at_us_ <
+            proposal_life_us(cfg_.heartbeat_interval_ms, min_known_timeout_ms()))
         return;
     // Never below the clock's count of seconds since 2023-11-14: a cluster
     // whose majority restarted and forgot its votes does not reuse an epoch

@@ -97,8 +97,8 @@ struct Gossip {
     View accepted{};
     View proposal{};
     uint8_t flags = 0;
-    uint32_t peer_timeout_ms = 0;        // the sender's cluster.peer_timeout
-    uint32_t heartbeat_interval_ms = 0;  // the sender's cluster.heartbeat_interval
+    uint32_t peer_timeout_ms = 0;          // the sender's cluster.peer_timeout
+    uint32_t heartbeat_interval_ms = 0;    // the sender's cluster.heartbeat_interval
     uint64_t proposal_instances[64] = {};  // by id - 1; only the proposal's members
 };
 size_t gossip_size(const Gossip& g);
@@ -153,27 +153,27 @@ inline constexpr int kHistoryLen = 64;
 
 struct MembershipShared {
     uint64_t lease_word;
-    uint64_t clock_base_ms;   // lease-clock origin (the host sets it when it creates this)
-    uint64_t self_instance;   // this instance (postmaster lifetime); set by the host, older < newer
-    uint64_t self_location;   // where it runs: instance_location() (0: unknown)
-    uint32_t committed_epoch;  // published after views[epoch % kViewRing]
-    uint32_t state;            // MemberState
-    View accepted;             // our vote (durable: never vote twice for one epoch)
-    NodeMask muted;            // nodes a vote since our last adopted view left out: no echo
-    uint32_t fenced_epoch;     // committed epoch when last fenced
-    uint32_t lease_ms;              // the lease an echo gives now (the smallest timeout known)
-    uint32_t advertised_timeout_ms; // peer_timeout we last told peers (a restarted host keeps it)
-    uint32_t window_floor_ms;       // exclusion window kept after peer_timeout went down
+    uint64_t clock_base_ms;  // lease-clock origin (the host sets it when it creates this)
+    uint64_t self_instance;  // this instance (postmaster lifetime); set by the host, older < newer
+    uint64_t self_location;  // where it runs: instance_location() (0: unknown)
+    uint32_t committed_epoch;        // published after views[epoch % kViewRing]
+    uint32_t state;                  // MemberState
+    View accepted;                   // our vote (durable: never vote twice for one epoch)
+    NodeMask muted;                  // nodes a vote since our last adopted view left out: no echo
+    uint32_t fenced_epoch;           // committed epoch when last fenced
+    uint32_t lease_ms;               // the lease an echo gives now (the smallest timeout known)
+    uint32_t advertised_timeout_ms;  // peer_timeout we last told peers (a restarted host keeps it)
+    uint32_t window_floor_ms;        // exclusion window kept after peer_timeout went down
     uint32_t pad2;
-    uint64_t window_floor_until_ms; // ... until then (lease clock)
-    uint64_t bump_requests;         // bumped by a restarted LMS: it needs a new epoch
-    uint64_t bump_handled;          // bump_requests covered by the committed epoch
-    uint64_t stale_epoch_messages;  // GES messages refused for an older epoch
-    uint64_t future_epoch_messages; // GES messages refused for an epoch not committed here yet
-    View views[kViewRing];          // views[e % kViewRing] = view of epoch e
-    uint64_t owner[64];             // instance admitted for each node id (the engine's)
-    uint64_t owner_location[64];    // ... and where it runs (0: unknown)
-    uint64_t accepted_binding[64];  // instances our accepted vote binds (members only)
+    uint64_t window_floor_until_ms;  // ... until then (lease clock)
+    uint64_t bump_requests;          // bumped by a restarted LMS: it needs a new epoch
+    uint64_t bump_handled;           // bump_requests covered by the committed epoch
+    uint64_t stale_epoch_messages;   // GES messages refused for an older epoch
+    uint64_t future_epoch_messages;  // GES messages refused for an epoch not committed here yet
+    View views[kViewRing];           // views[e % kViewRing] = view of epoch e
+    uint64_t owner[64];              // instance admitted for each node id (the engine's)
+    uint64_t owner_location[64];     // ... and where it runs (0: unknown)
+    uint64_t accepted_binding[64];   // instances our accepted vote binds (members only)
     uint64_t history_next;
     MembershipRecord history[kHistoryLen];
 };
@@ -268,11 +268,11 @@ class Membership {
 
   private:
     struct PeerInfo {
-        int64_t heard_us = 0;    // last frame of any kind
-        int64_t expiry_us = 0;   // lease end its newest in-view echo gives (0: none)
+        int64_t heard_us = 0;      // last frame of any kind
+        int64_t expiry_us = 0;     // lease end its newest in-view echo gives (0: none)
         int64_t echo_sent_us = 0;  // our last in-view echo to it (echo_for)
-        int64_t gossip_us = 0;   // when its gossip arrived
-        uint32_t drift_to = 0;   // timing last reported as differing (0: agrees)
+        int64_t gossip_us = 0;     // when its gossip arrived
+        uint32_t drift_to = 0;     // timing last reported as differing (0: agrees)
         uint32_t drift_hb = 0;
         Gossip gossip;
     };
@@ -303,7 +303,7 @@ class Membership {
     MembershipConfig cfg_;
     MembershipShared* shm_;
     PeerInfo peers_[64];
-    View proposal_{};  // epoch 0: none
+    View proposal_{};                       // epoch 0: none
     uint64_t proposal_instances_[64] = {};  // the instances proposal_ binds
     int64_t proposed_at_us_ = 0;
     uint64_t bump_at_accept_ = 0;

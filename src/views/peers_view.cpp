@@ -85,8 +85,7 @@ Datum pgrac_ic_peers(PG_FUNCTION_ARGS) {
         i++;
         // Agreement: the instance that holds the id, the peer's timing (ours
         // on our own row), refusals for differing settings or a second instance.
-        const uint64_t instance =
-            self ? shm->membership.self_instance : load_relaxed(&p.instance);
+        const uint64_t instance = self ? shm->membership.self_instance : load_relaxed(&p.instance);
         if (instance != 0)
             v[i] = Int64GetDatum(static_cast<int64>(instance));
         else
@@ -103,7 +102,8 @@ Datum pgrac_ic_peers(PG_FUNCTION_ARGS) {
             n[i++] = true;
         }
         char mismatch[sizeof p.config_mismatch];
-        for (size_t b = 0; b < sizeof mismatch; b++) mismatch[b] = load_relaxed(&p.config_mismatch[b]);
+        for (size_t b = 0; b < sizeof mismatch; b++)
+            mismatch[b] = load_relaxed(&p.config_mismatch[b]);
         mismatch[sizeof mismatch - 1] = '\0';
         if (mismatch[0] != '\0')
             v[i] = CStringGetTextDatum(mismatch);

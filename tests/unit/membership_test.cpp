@@ -67,10 +67,10 @@ struct SimNode {
     std::unique_ptr<MembershipShared> shm;
     std::unique_ptr<Membership> m;
     uint64_t incarnation = 0;
-    uint64_t instance = 0;  // changes with the shared memory (restart())
+    uint64_t instance = 0;    // changes with the shared memory (restart())
     int peer_timeout_ms = 0;  // 0: SimOptions::peer_timeout_ms
-    bool frozen = false;  // stopped: receives (buffers), sends and ticks nothing
-    bool down = false;    // crashed: frames to it are lost
+    bool frozen = false;      // stopped: receives (buffers), sends and ticks nothing
+    bool down = false;        // crashed: frames to it are lost
     int64_t frozen_at_us = 0;
     int64_t next_timer_us = 0;
     int64_t next_heartbeat_us = 0;
@@ -151,7 +151,7 @@ struct SimOptions {
     int64_t min_delay_us = 100;
     int64_t max_delay_us = 500;
     int heartbeat_ms = 100;
-    int peer_timeout_ms = 1000;  // lease: 750 ms
+    int peer_timeout_ms = 1000;           // lease: 750 ms
     std::vector<int> node_timeouts_ms{};  // per node (index id - 1), else peer_timeout_ms
     bool reloads = false;  // soak: also reload peer_timeout on random nodes (up or down)
 };
@@ -344,9 +344,8 @@ class Cluster {
             const Gossip g = n.m->gossip();
             s += "  node " + std::to_string(n.id) + " instance " + std::to_string(n.instance) +
                  " " + member_state_name(n.m->state()) + " committed " +
-                 std::to_string(g.committed.epoch) + mask_text(g.committed.members) +
-                 " accepted " + std::to_string(g.accepted.epoch) +
-                 mask_text(g.accepted.members) + " proposal " +
+                 std::to_string(g.committed.epoch) + mask_text(g.committed.members) + " accepted " +
+                 std::to_string(g.accepted.epoch) + mask_text(g.accepted.members) + " proposal " +
                  std::to_string(g.proposal.epoch) + mask_text(g.proposal.members) + " want " +
                  std::to_string(g.flags & kGossipWantEpoch) + " owners";
             for (uint16_t id = 1; id <= size(); id++) s += " " + std::to_string(n.m->owner(id));
@@ -1060,8 +1059,7 @@ TEST(MembershipSim, LongerTimeoutOnOneNodeNeverOutlivesItsExclusion) {
         c->run_for(500 * kMs);
         const uint32_t before = c->max_epoch();
         c->isolate(3);
-        ASSERT_TRUE(c->run_until([&] { return c->max_epoch() > before; }, 5 * kSec))
-            << c->trace();
+        ASSERT_TRUE(c->run_until([&] { return c->max_epoch() > before; }, 5 * kSec)) << c->trace();
         EXPECT_EQ(c->monitor().violations(), 0) << "seed " << seed;
         EXPECT_TRUE(c->has_history(3, "fenced")) << "seed " << seed;
         c->heal_all();
@@ -1081,8 +1079,7 @@ TEST(MembershipSim, LoweredTimeoutKeepsTheOldWindowUntilItPassed) {
         c->set_timeout(1, 1000);
         c->set_timeout(2, 1000);
         c->isolate(3);
-        ASSERT_TRUE(c->run_until([&] { return c->max_epoch() > before; }, 10 * kSec))
-            << c->trace();
+        ASSERT_TRUE(c->run_until([&] { return c->max_epoch() > before; }, 10 * kSec)) << c->trace();
         EXPECT_GE(c->now_us() - cut_at, 2250 * kMs) << "seed " << seed;
         EXPECT_EQ(c->monitor().violations(), 0) << "seed " << seed;
         // And the cluster goes on with the new value: the next exclusion takes 1 s.
@@ -1093,8 +1090,7 @@ TEST(MembershipSim, LoweredTimeoutKeepsTheOldWindowUntilItPassed) {
         const uint32_t again = c->max_epoch();
         const int64_t second_cut = c->now_us();
         c->isolate(2);
-        ASSERT_TRUE(c->run_until([&] { return c->max_epoch() > again; }, 10 * kSec))
-            << c->trace();
+        ASSERT_TRUE(c->run_until([&] { return c->max_epoch() > again; }, 10 * kSec)) << c->trace();
         EXPECT_LT(c->now_us() - second_cut, 2000 * kMs) << "seed " << seed;
         EXPECT_EQ(c->monitor().violations(), 0) << "seed " << seed;
     }
@@ -1285,6 +1281,18 @@ struct ClaimFixture {
     }
 };
 
+// Gossip of node 1..3's cluster proposing epoch `epoch` bound to `instances`.
+Gossip proposing(uint32_t epoch, std::vector<uint64_t> instances) {
+    uint64_t inst[64] = {};
+    for (size_t i = 0; i < instances.size(); i++) inst[i] = instances[i];
+    Gossip g;
+    g.peer_timeout_ms = 1000;
+    g.heartbeat_interval_ms = 100;
+    g.proposal = View{epoch, 0, first_nodes(3), view_binding(first_nodes(3), inst)};
+    for (size_t i = 0; i < instances.size(); i++) g.proposal_instances[i] = inst[i];
+    return g;
+}
+
 TEST(MembershipClaims, FirstInstanceAndTheOwnerAreAdmitted) {
     ClaimFixture f;
     EXPECT_EQ(f.claim(2, 50, false, kStartUs), ClaimVerdict::Admit);
@@ -1312,9 +1320,9 @@ TEST(MembershipClaims, TheOlderOfTwoLiveInstancesWins) {
     f.m->set_owner(2, 50, 0);
     const int64_t later = kStartUs + 5 * kSec;
     f.m->on_heard(2, later);
-    EXPECT_EQ(f.claim(2, 60, true, later), ClaimVerdict::Refuse);   // newer: refused
-    EXPECT_EQ(f.claim(2, 40, true, later), ClaimVerdict::Switch);   // older: wins
-    EXPECT_EQ(f.claim(2, 60, false, later + 500 * kMs), ClaimVerdict::Refuse);  // heard lately
+    EXPECT_EQ(f.claim(2, 60, true, later), ClaimVerdict::Refuse);                // newer: refused
+    EXPECT_EQ(f.claim(2, 40, true, later), ClaimVerdict::Switch);                // older: wins
+    EXPECT_EQ(f.claim(2, 60, false, later + 500 * kMs), ClaimVerdict::Refuse);   // heard lately
     EXPECT_EQ(f.claim(2, 60, false, later + 1500 * kMs), ClaimVerdict::Switch);  // silent
 }
 
@@ -1322,22 +1330,14 @@ TEST(MembershipClaims, AnInstanceWeEchoedKeepsTheIdForAWindow) {
     ClaimFixture f;
     f.m->set_owner(2, 50, 0);
     // Our vote binds node 2 to instance 50 and a committed view has it.
-    uint64_t inst[64] = {};
-    inst[0] = 100;
-    inst[1] = 50;
-    inst[2] = 70;
-    Gossip g;
-    g.peer_timeout_ms = 1000;
-    g.heartbeat_interval_ms = 100;
-    g.proposal = View{5, 0, first_nodes(3), view_binding(first_nodes(3), inst)};
-    for (int i = 0; i < 3; i++) g.proposal_instances[i] = inst[i];
+    Gossip g = proposing(5, {100, 50, 70});
     const int64_t t = kStartUs + 5 * kSec;
     f.m->on_heard(2, t);
     f.m->on_heard(3, t);
     f.m->on_gossip(2, g, t);
     ASSERT_EQ(f.shm.accepted.epoch, 5u);
+    g.committed = g.proposal;
     g.proposal = View{};
-    g.committed = View{5, 0, first_nodes(3), view_binding(first_nodes(3), inst)};
     f.m->on_gossip(2, g, t);
     ASSERT_EQ(committed_view(&f.shm).epoch, 5u);
     ASSERT_TRUE(f.m->echo_for(2, t));  // a pong to it counts toward its lease
@@ -1371,27 +1371,18 @@ TEST(MembershipClaims, AVoteIsRefusedForAViewBindingAnotherInstance) {
     ClaimFixture f;
     f.m->set_owner(2, 50, 0);
     f.m->set_owner(3, 70, 0);
-    uint64_t inst[64] = {};
-    inst[0] = 100;
-    inst[1] = 99;  // not the node 2 we admitted
-    inst[2] = 70;
-    Gossip g;
-    g.peer_timeout_ms = 1000;
-    g.heartbeat_interval_ms = 100;
-    g.proposal = View{5, 0, first_nodes(3), view_binding(first_nodes(3), inst)};
-    for (int i = 0; i < 3; i++) g.proposal_instances[i] = inst[i];
+    Gossip g = proposing(5, {100, 99, 70});  // 99: not the node 2 we admitted
     const int64_t t = kStartUs + 5 * kSec;
     f.m->on_gossip(2, g, t);
     EXPECT_EQ(f.shm.accepted.epoch, 0u);
     bool logged = false;
     for (const std::string& line : f.m->take_logs())
-        logged = logged || line.find("binds node 2 to instance 99, but here node 2 is instance "
-                                     "50") != std::string::npos;
+        logged = logged || line.find(
+                               "binds node 2 to instance 99, but here node 2 is instance "
+                               "50") != std::string::npos;
     EXPECT_TRUE(logged);
     // The same view binding the instance we know is voted for.
-    inst[1] = 50;
-    g.proposal = View{5, 0, first_nodes(3), view_binding(first_nodes(3), inst)};
-    for (int i = 0; i < 3; i++) g.proposal_instances[i] = inst[i];
+    g = proposing(5, {100, 50, 70});
     f.m->on_gossip(2, g, t);
     EXPECT_EQ(f.shm.accepted.epoch, 5u);
 }
