@@ -204,7 +204,7 @@ attack(case => 'wrong_cluster', error => 'cluster_mismatch',
 	expect => { rejected => 'cluster_mismatch', detail_len => 0 });
 attack(case => 'wrong_system', error => 'system_mismatch',
 	expect => { rejected => 'system_mismatch', detail_len => 0 });
-attack(case => 'hello_reply', expect => { hello_reply_len => 33, hello_reply_version => 2 });
+attack(case => 'hello_reply', expect => { hello_reply_len => 33, hello_reply_version => 3 });
 
 # i. secure mode (the default): a replayed or altered sealed frame.
 attack(case => $_, error => 'frame_auth_failed', expect => \%dropped)

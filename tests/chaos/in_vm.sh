@@ -3,8 +3,8 @@
 # project's VM (tests/vm/run-in-vm.sh): three instances in the VM's root namespace on
 # rxe0's netdev address (RXEVM_IPADDR) with a port each, cluster.interconnect_strict = on,
 # the process faults (listener and LMS kills, short and long freezes, kill -9 and
-# restart); the network faults, which need a namespace per node, are left out and the
-# run says so (tests/chaos/README.md). The results come back through --out.
+# restart, rolling peer_timeout reloads); the network faults and the impostor, which need
+# a namespace per node, are left out and the run says so (tests/chaos/README.md). The results come back through --out.
 #
 #   tests/chaos/in_vm.sh [run.sh options]    e.g. --duration 120 --seed 7 --pgbin DIR
 #

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GES safety under faults: a 3-instance pgrac_ic cluster in network namespaces, lock
 # clients on every node, faults (worker kills, TCP resets, freezes, kill -9, partitions,
-# packet loss), then a check that no global lock was ever held in conflicting modes by
+# packet loss, rolling peer_timeout reloads, a second instance with a member's node id),
+# then a check that no global lock was ever held in conflicting modes by
 # two holders at once, and that no interconnect RPC probe ran twice or out of order and no
 # one-way note was delivered twice. See tests/chaos/README.md.
 #

@@ -788,6 +788,64 @@ def case_flood(a):
     for s in live.values():
         s.close()
 
+
+def case_claim(a):
+    """A second instance of --node-id that keeps claiming the id for --hold seconds.
+
+    One instance (--instance) and one listener incarnation throughout, as a real
+    instance started with a copy of a node's configuration would be: it dials,
+    and when refused or dropped dials again 200 ms later; once admitted it stays
+    connected and answers heartbeats (its pongs carry no view of its own). It
+    never votes. Reports how often it was refused, by reason, and how long it
+    was connected (t/031_one_configuration.pl)."""
+    inc = random.getrandbits(63) | 1
+    start = time.monotonic()
+    end = start + a.hold
+    attempts = admitted = errors = 0
+    refused = {}
+    connected_s = 0.0
+    first_admitted = None
+    while time.monotonic() < end:
+        attempts += 1
+        p = new_peer(a, incarnation=inc)
+        try:
+            p.connect().handshake()
+        except Rejected as r:
+            name = REJECT_REASONS.get(r.reason, str(r.reason))
+            refused[name] = refused.get(name, 0) + 1
+            p.close()
+            time.sleep(0.2)
+            continue
+        except (ProtocolError, Closed, TimeoutError, OSError):
+            errors += 1
+            p.close()
+            time.sleep(0.2)
+            continue
+        admitted += 1
+        t0 = time.monotonic()
+        if first_admitted is None:
+            first_admitted = t0 - start
+        print("CLAIM admitted %.3f s after the start (unix %.3f)" % (t0 - start, time.time()),
+              flush=True)
+        try:
+            while time.monotonic() < end:
+                try:
+                    h, pl = p.recv_frame(min(0.5, max(0.01, end - time.monotonic())))
+                except TimeoutError:
+                    continue
+                p.handle_incoming(h, pl)
+        except (Closed, ProtocolError, OSError):
+            pass
+        connected_s += time.monotonic() - t0
+        print("CLAIM dropped after %.3f s connected (unix %.3f)" % (time.monotonic() - t0,
+                                                                  time.time()), flush=True)
+        p.close()
+        time.sleep(0.2)
+    result(attempts=attempts, admitted=admitted, errors=errors,
+           connected_ms=int(connected_s * 1000),
+           first_admitted_ms=-1 if first_admitted is None else int(first_admitted * 1000),
+           **{"refused_" + k: v for k, v in sorted(refused.items())})
+
 CASES = {
     "oversize_200000": lambda a: case_oversize(a, 200000),
     "oversize_150000": lambda a: case_oversize(a, 150000),
@@ -810,6 +868,7 @@ for _x in ("wrong_key", "wrong_cluster", "wrong_system", "hello_reply"):
     CASES[_x] = (lambda x: lambda a: case_unauth(a, x))(_x)
 for _x in ("replay", "alter", "alter_header"):
     CASES[_x] = (lambda x: lambda a: case_replay(a, x))(_x)
+CASES["claim"] = case_claim  # keeps claiming --node-id for --hold seconds
 
 
 def main():

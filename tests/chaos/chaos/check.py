@@ -43,6 +43,9 @@ def _paused_windows(faults):
             out.setdefault(f["node"], []).append((f["start"], f["end"]))
         elif f.get("killed_at") is not None:
             out.setdefault(f["node"], []).append((f["killed_at"], f["end"]))
+        # A fault that freezes a node for part of its time (drift, impostor).
+        for node, a, b in f.get("paused") or []:
+            out.setdefault(node, []).append((a, b))
     return out
 
 

@@ -42,6 +42,16 @@ VERBS_TIERS = ("tier1", "tier2")
 # peer timeout and freeze_long above it (faults.py) on both.
 TIMING = {"tier3": ("300ms", 3.0), "verbs": ("500ms", 5.0)}
 
+# The values the drift fault (faults.py) reloads cluster.peer_timeout to, in s: below
+# and above the tier's base, at most 10 s (faults.py argues why the run's bounds hold
+# with it). At the verbs tiers the lowest stays at 5 heartbeats.
+DRIFT_TIMEOUTS = {"tier3": (1.5, 6.0, 10.0), "verbs": (2.5, 10.0)}
+
+# The impostor (faults.py, kind impostor): a spare instance, a copy of the same initdb,
+# started with a live member's cluster.node_id in a namespace of its own behind that
+# member's (netns.attach_impostor). Its PostgreSQL port only names its unix socket.
+IMPOSTOR_PG_PORT = PG_PORT_BASE + 50
+
 
 class Instance:
     def __init__(self, cluster, i):
@@ -115,12 +125,63 @@ cluster.auth_key_file = '%s'
         finally:
             conn.close()
 
+    def setting_ms(self, name="cluster.peer_timeout"):
+        """The value a new backend of this instance has (the postmaster's, after a
+        reload), in the setting's unit (ms for the timeouts)."""
+        return int(self.query("SELECT setting FROM pg_settings WHERE name = %s", (name,))[0][0])
+
+    def set_peer_timeout(self, ms):
+        """ALTER SYSTEM + pg_reload_conf() (None: RESET, back to postgresql.conf's value);
+        returns when a new backend sees the value (or raises after 5 s)."""
+        if ms is None:
+            self.query("ALTER SYSTEM RESET cluster.peer_timeout")
+            ms = int(self.cluster.peer_timeout_s * 1000)
+        else:
+            self.query("ALTER SYSTEM SET cluster.peer_timeout = %s", ("%dms" % ms,))
+        self.query("SELECT pg_reload_conf()")
+        end = time.time() + 5.0
+        while True:
+            got = self.setting_ms()
+            if got == ms:
+                return
+            if time.time() > end:
+                raise RuntimeError("node %d: cluster.peer_timeout is %d ms 5 s after the reload "
+                                   "to %d ms" % (self.i, got, ms))
+            time.sleep(0.05)
+
     def sees_all_up(self):
         try:
             rows = self.query("SELECT count(*) FROM pg_cluster_ic_peers WHERE state = 'UP'")
             return rows[0][0] == self.cluster.n
         except psycopg2.Error:
             return False
+
+
+class Impostor(Instance):
+    """A second instance that claims node `claims`'s id: its own data directory (so
+    another instance and location than the real node), the real node's cluster.node_id,
+    the same cluster.nodes, key and settings, in namespace <tag>x (netns.py)."""
+
+    def __init__(self, cluster):
+        super().__init__(cluster, 0)
+        self.dir = os.path.join(cluster.workdir, "impostor")
+        self.data = os.path.join(self.dir, "data")
+        self.logfile = os.path.join(self.dir, "server.log")
+        self.port = IMPOSTOR_PG_PORT
+        self.ns = netns.impostor_ns(cluster.tag)
+        self.base_conf = None
+        self.extension = False
+
+    def configure(self, claims):
+        self.i = claims
+        with open(os.path.join(self.data, "postgresql.conf"), "w") as f:
+            f.write(self.base_conf + Instance.conf(self))
+
+    def start(self):
+        super().start()
+        if not self.extension:
+            self.query("CREATE EXTENSION IF NOT EXISTS pgrac_ic")
+            self.extension = True
 
 
 class Cluster:
@@ -137,6 +198,8 @@ class Cluster:
         self.heartbeat, self.peer_timeout_s = TIMING["verbs" if self.verbs else "tier3"]
         self.key_file = os.path.join(workdir, "cluster.key")
         self.nodes = [Instance(self, i) for i in range(1, n + 1)]
+        self.drift_timeouts = DRIFT_TIMEOUTS["verbs" if self.verbs else "tier3"]
+        self.impostor = None  # made by create(with_impostor=True)
 
     def node(self, i):
         return self.nodes[i - 1]
@@ -150,7 +213,7 @@ class Cluster:
     def nodes_setting(self):
         return ",".join("%d@%s:%d" % ((i,) + self.ic_endpoint(i)) for i in range(1, self.n + 1))
 
-    def create(self):
+    def create(self, with_impostor=False):
         pw = pwd.getpwnam("postgres")
         os.chown(self.workdir, pw.pw_uid, pw.pw_gid)
         with open(self.key_file, "w") as f:
@@ -165,6 +228,14 @@ class Cluster:
                          "--no-sync"], keep_limits=self.verbs), timeout=300)
         for node in self.nodes[1:]:
             run(["cp", "-a", first.data, node.data], timeout=60)
+        if with_impostor:
+            imp = Impostor(self)
+            os.makedirs(imp.dir)
+            os.chown(imp.dir, pw.pw_uid, pw.pw_gid)
+            run(["cp", "-a", first.data, imp.data], timeout=60)
+            with open(os.path.join(imp.data, "postgresql.conf")) as f:
+                imp.base_conf = f.read()
+            self.impostor = imp
         for node in self.nodes:
             with open(os.path.join(node.data, "postgresql.conf"), "a") as f:
                 f.write(node.conf())
@@ -202,11 +273,12 @@ class Cluster:
     def destroy(self, keep_logs_in=None):
         """Stops every instance (SIGCONT first: one may be frozen), SIGKILLs whatever of
         the run still runs, copies the server logs if asked, removes the directory."""
-        for node in self.nodes:
+        everyone = self.nodes + ([self.impostor] if self.impostor else [])
+        for node in everyone:
             pm = node.postmaster_pid()
             if pm:
                 procs.cont_tree(pm)
-        for node in self.nodes:
+        for node in everyone:
             if node.postmaster_pid():
                 node.stop()
         left = procs.pids_with_cwd_under(self.workdir)
@@ -218,5 +290,7 @@ class Cluster:
             for node in self.nodes:
                 if os.path.exists(node.logfile):
                     shutil.copy(node.logfile, os.path.join(keep_logs_in, "server%d.log" % node.i))
+            if self.impostor and os.path.exists(self.impostor.logfile):
+                shutil.copy(self.impostor.logfile, os.path.join(keep_logs_in, "impostor.log"))
         shutil.rmtree(self.workdir, ignore_errors=True)
         log("cluster removed (%s)" % self.workdir)

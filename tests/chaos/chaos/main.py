@@ -144,7 +144,7 @@ def run(args):
                                    % (",".join(unknown), ",".join(faults.KINDS)))
             faults.KINDS[:] = want
             log("faults restricted by --faults to: %s" % ", ".join(want))
-        cluster.create()
+        cluster.create(with_impostor="impostor" in faults.KINDS)
         cluster.start()
         log("cluster up: every node sees %d nodes UP" % args.nodes)
         bad = tier_problems(cluster, "at the start", must_answer=True)
@@ -182,6 +182,7 @@ def run(args):
                    len(probe_records[2])))
 
         tier_bad = tier_problems(cluster, "at the end")
+        timing_end = faults.restore_timing(cluster)
         available, hist, herr = history.collect(cluster)
         for e in herr:
             log("membership history not read: " + e)
@@ -196,7 +197,8 @@ def run(args):
                 "probes": why_not, "probe_pause_s": probes.PAUSE_S,
                 "tier": args.tier, "faults_left_out": left_out, "faults_only": args.faults,
                 "tier_problems": tier_bad,
-                "peer_timeout_s": cluster.peer_timeout_s}
+                "peer_timeout_s": cluster.peer_timeout_s,
+                "peer_timeout_end_ms": timing_end}
         write_results(args.results, meta, ops, unfinished, fault_log, hist, probe_records)
         res = check.check(ops, unfinished, fault_log, fenced, args.nodes, args.hung_bound,
                           args.progress_bound, run_end)

@@ -23,6 +23,14 @@ def addr(i):
     return "%s.%d" % (SUBNET, i)
 
 
+# The impostor's link to the node whose id it claims (attach_impostor).
+IMPOSTOR_LINK = "10.78.0"
+
+
+def impostor_ns(tag):
+    return "%sx" % tag
+
+
 def ipt(tag, i, *args, check=True):
     return run(["ip", "netns", "exec", node_ns(tag, i), "iptables", "-w", "5"] + list(args),
                timeout=15, check=check)
@@ -98,6 +106,39 @@ def loss(tag, i, probability):
     for chain, d in (("CHAOS_IN", "-s"), ("CHAOS_OUT", "-d")):
         ipt(tag, i, "-A", chain, d, SUBNET + ".0/24", "-m", "statistic", "--mode", "random",
             "--probability", "%.2f" % probability, "-j", "DROP")
+
+
+def attach_impostor(tag, i):
+    """Namespace <tag>x for an instance that claims node i's id, behind node i's
+    namespace: a veth pair (IMPOSTOR_LINK.1 on node i's side, .2 in <tag>x), node i's
+    address on <tag>x's lo (so the impostor binds the address cluster.nodes gives node
+    i, as the real node does in its own namespace), and node i forwarding <tag>x's
+    packets to the cluster subnet with SNAT to its own address: the other nodes see
+    both instances come from node i's address, as from two containers on one host
+    behind its address, and no ARP or port clash disturbs the real node. Connections
+    to node i's address still reach the real node only."""
+    x, ns = impostor_ns(tag), node_ns(tag, i)
+    run(["ip", "netns", "add", x])
+    run(["ip", "-n", ns, "link", "add", "imp0", "type", "veth", "peer", "name", "eth0",
+         "netns", x])
+    run(["ip", "-n", ns, "addr", "add", IMPOSTOR_LINK + ".1/30", "dev", "imp0"])
+    run(["ip", "-n", ns, "link", "set", "imp0", "up"])
+    run(["ip", "-n", x, "addr", "add", IMPOSTOR_LINK + ".2/30", "dev", "eth0"])
+    run(["ip", "-n", x, "link", "set", "eth0", "up"])
+    run(["ip", "-n", x, "link", "set", "lo", "up"])
+    run(["ip", "-n", x, "addr", "add", addr(i) + "/32", "dev", "lo"])
+    run(["ip", "-n", x, "route", "add", SUBNET + ".0/24", "via", IMPOSTOR_LINK + ".1"])
+    run(["ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"], timeout=15)
+    ipt(tag, i, "-t", "nat", "-A", "POSTROUTING", "-s", IMPOSTOR_LINK + ".2", "-o", "eth0",
+        "-j", "SNAT", "--to-source", addr(i))
+
+
+def detach_impostor(tag, i):
+    """Undoes attach_impostor (deleting <tag>x deletes the veth pair)."""
+    run(["ip", "netns", "del", impostor_ns(tag)], check=False, quiet=True)
+    ipt(tag, i, "-t", "nat", "-F", "POSTROUTING", check=False)
+    run(["ip", "netns", "exec", node_ns(tag, i), "sysctl", "-q", "-w", "net.ipv4.ip_forward=0"],
+        timeout=15, check=False, quiet=True)
 
 
 def reset_tcp(tag, i):

@@ -156,6 +156,22 @@ def summary(meta, ops, unfinished, faults, fenced, res, out, violations_file=Non
         p("  only the kinds chosen by --faults: %s" % meta["faults_only"])
     for kind, why in sorted((meta.get("faults_left_out") or {}).items()):
         p("  SKIPPED at %s: %s: %s" % (tier, kind, why))
+    drifts = [f for f in faults if f["kind"] == "drift" and f.get("drift")]
+    if drifts:
+        values = collections.Counter(f["drift"]["value_ms"] for f in drifts)
+        isolations = collections.Counter(f["drift"]["isolation"] for f in drifts
+                                         if f["drift"]["isolation"])
+        p("  drift: rolling peer_timeout reloads to %s; the node just reloaded then %s" % (
+            ", ".join("%g s %d" % (ms / 1000.0, c) for ms, c in sorted(values.items())),
+            ", ".join("%s %d" % kv for kv in sorted(isolations.items())) or "never isolated"))
+    end = meta.get("peer_timeout_end_ms")
+    if end:
+        base = int(round(meta["peer_timeout_s"] * 1000))
+        off = {int(i): ms for i, ms in end.items() if ms != base}
+        p("timing at the end: cluster.peer_timeout %s" % (
+            "%d ms (the base) on every node" % base if not off else "NOT the base %d ms: %s" % (
+                base, ", ".join("node %d %s" % (i, "unknown" if ms is None else "%d ms" % ms)
+                                for i, ms in sorted(off.items())))))
     if not meta.get("history_view"):
         p("membership history: view pg_cluster_membership_history not there; no node fenced")
     else:

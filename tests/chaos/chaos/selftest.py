@@ -99,8 +99,13 @@ def main():
     h1 = len(run_check([slow])["hung"])
     h2 = len(run_check([slow], [fault("freeze_long", 1, -11.0, -5.0, frozen=True)])["hung"])
     h3 = len(run_check([], unfinished=[op(1, "EX", 1.0, 1.1, outcome="unfinished")])["hung"])
+    # A drift or impostor fault freezes a node for part of its time (f["paused"]).
+    h4 = len(run_check([slow], [fault("drift", 2, -20.0, 5.0, paused=[[1, -11.0, -5.0]])])["hung"])
+    h5 = len(run_check([slow], [fault("drift", 1, -20.0, 5.0, paused=[[2, -11.0, -5.0]])])["hung"])
     for name, got, want in (("slow call is hung", h1, 1), ("frozen time excluded", h2, 0),
-                            ("unfinished is hung", h3, 1)):
+                            ("unfinished is hung", h3, 1),
+                            ("time frozen within a drift fault excluded", h4, 0),
+                            ("another node's freeze not excluded", h5, 1)):
         failed += got != want
         print("%s  %s: %d (want %d)" % ("ok  " if got == want else "FAIL", name, got, want))
     # Progress: node 2 has no grant within the bound after the heal.
@@ -127,7 +132,24 @@ def main():
         failed += not good
         ran += 1
         print("%s  %s: %s" % ("ok  " if good else "FAIL", name, "pass" if got else "fail"))
-    print("%d passed, %d failed" % (len(list(cases())) + 4 + ran - failed, failed))
+    # The summary counts drift faults with their values and isolations, and says
+    # whether every node has the base peer_timeout at the end.
+    drift = [fault("drift", 1, 4.0, 10.0, drift={"value_ms": 10000, "isolation": "partition"})]
+    for name, end, want in (("drift summary, timing back", {"1": 3000, "2": 3000},
+                             "3000 ms (the base) on every node"),
+                            ("drift summary, timing left behind", {"1": 3000, "2": 10000},
+                             "NOT the base 3000 ms: node 2 10000 ms")):
+        out = io.StringIO()
+        report.summary(dict(meta, tier="tier3", faults_left_out={}, peer_timeout_s=3.0,
+                            peer_timeout_end_ms=end), ops, [], drift, {},
+                       run_check(ops, drift), out=out)
+        text = out.getvalue()
+        good = ("faults: 1  (drift 1)" in text and "reloads to 10 s 1; the node just reloaded "
+                "then partition 1" in text and want in text)
+        failed += not good
+        ran += 1
+        print("%s  %s" % ("ok  " if good else "FAIL", name))
+    print("%d passed, %d failed" % (len(list(cases())) + 6 + ran - failed, failed))
     return 1 if failed else 0
 
 
