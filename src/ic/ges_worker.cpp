@@ -187,7 +187,7 @@ void Worker::release_owner(Owner o, int64_t now) {
 // adopted it.
 
 void Worker::check_membership(int64_t now) {
-    const uint64_t now_ms = host_.monotonic_ms();
+    const uint64_t now_ms = host_.lease_clock_ms();
     if (host_.fence_if_lapsed(now_ms))
         log(WorkerLogLevel::Log,
             "GES (LMS " + std::to_string(index_) + "): this node's lease expired; fencing it");
@@ -269,7 +269,7 @@ void Worker::start_epoch(const View& v, int64_t now) {
     replaying_ = true;
     replay_.clear();
     for (uint16_t n : live_) replay_[n];
-    barrier_start_ms_ = host_.monotonic_ms();
+    barrier_start_ms_ = host_.lease_clock_ms();
     barrier_deadline_ms_ = barrier_start_ms_ + static_cast<uint64_t>(replay_barrier_bound_ms());
     barrier_warned_ = false;
     cancelling_.clear();
@@ -375,7 +375,7 @@ void Worker::stash(uint16_t src, const GesMessage& m, bool reply) {
         host_.request_new_epoch();  // the rebuild recovers what it said
         return;
     }
-    stash_.push_back(Stashed{src, reply, m, host_.monotonic_ms()});
+    stash_.push_back(Stashed{src, reply, m, host_.lease_clock_ms()});
 }
 
 // A message of an epoch this worker did not adopt is dropped: counted, in
@@ -398,7 +398,7 @@ void Worker::drop_future(uint16_t src, const GesMessage& m, Severity severity,
 // will not serve (or a peer that makes epochs up). Nothing waits forever.
 void Worker::expire_stash() {
     if (stash_.empty()) return;
-    const uint64_t now_ms = host_.monotonic_ms();
+    const uint64_t now_ms = host_.lease_clock_ms();
     const uint64_t limit = static_cast<uint64_t>(std::max<int64_t>(1, host_.peer_timeout_ms()));
     size_t n = 0;
     while (n < stash_.size() && now_ms - stash_[n].since_ms > limit) n++;
@@ -521,7 +521,7 @@ void Worker::maybe_end_replay(int64_t now) {
         dispatch(table_.end_replay(now), now);
         return;
     }
-    const uint64_t now_ms = host_.monotonic_ms();
+    const uint64_t now_ms = host_.lease_clock_ms();
     const uint64_t waited = now_ms - barrier_start_ms_;
     if (!barrier_warned_ && static_cast<int64_t>(waited) > host_.peer_timeout_ms()) {
         barrier_warned_ = true;

@@ -82,7 +82,9 @@ class WorkerHost {
                       std::vector<uint8_t> body) = 0;
 
     // ---- membership (ic/membership.hpp), this node's view of it
-    virtual uint64_t monotonic_ms() = 0;
+    // The lease clock (ic/membership.hpp, lease_now_ms): what lease words are
+    // compared with, and every timer of the worker.
+    virtual uint64_t lease_clock_ms() = 0;
     // Marks a lapsed lease fenced; true if this call did it (fence_if_lapsed()).
     virtual bool fence_if_lapsed(uint64_t now_ms) = 0;
     virtual View committed_view() = 0;

@@ -66,7 +66,7 @@ class LmsHost final : public WorkerHost {
     }
 
     // The lease clock (ic/membership.hpp): what lease words are compared with.
-    uint64_t monotonic_ms() override { return lease_now_ms(&shared()->membership); }
+    uint64_t lease_clock_ms() override { return lease_now_ms(&shared()->membership); }
     bool fence_if_lapsed(uint64_t now_ms) override {
         return pgrac::ic::fence_if_lapsed(&shared()->membership, now_ms);
     }

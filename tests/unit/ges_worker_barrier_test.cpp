@@ -73,7 +73,7 @@ class NodeHost final : public WorkerHost {
               std::vector<uint8_t> body) override {
         sent.push_back({channel, node, route_key, std::move(body)});
     }
-    uint64_t monotonic_ms() override { return now_ms; }
+    uint64_t lease_clock_ms() override { return now_ms; }
     bool fence_if_lapsed(uint64_t) override { return false; }
     View committed_view() override { return view; }
     uint64_t lease_word() override { return kLeaseForever; }

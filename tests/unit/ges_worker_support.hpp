@@ -79,7 +79,7 @@ class FakeHost final : public WorkerHost {
               std::vector<uint8_t> body) override {
         sent.push_back({node, channel, route_key, std::move(body)});
     }
-    uint64_t monotonic_ms() override { return now_ms; }
+    uint64_t lease_clock_ms() override { return now_ms; }
     bool fence_if_lapsed(uint64_t now) override {
         return pgrac::ic::fence_if_lapsed(ms.get(), now);
     }
