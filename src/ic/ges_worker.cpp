@@ -551,14 +551,23 @@ void Worker::barrier_overdue(uint64_t now_ms, const std::vector<uint16_t>& missi
         causes += "node " + std::to_string(n) + ": " +
                   (s.refused.empty() ? "no marker arrived" : "refused, " + s.refused) + "; ";
     }
+    // A new epoch makes every member replay again. If that did not help (a
+    // second overdue barrier in a row), membership decides: this node withholds
+    // its lease echoes from the members it waits for, for three bounds; where a
+    // majority of nodes does the same, the member's lease lapses, it fences,
+    // is voted out and comes back through a new epoch.
+    const bool withhold = overdue_attempts_ >= 2;
     const std::string text =
         "GES (LMS " + std::to_string(index_) + "): epoch " + std::to_string(epoch_) +
         ": replay barrier overdue after " + std::to_string(now_ms - barrier_start_ms_) +
-        " ms: " + causes + "asking for a new epoch (attempt " + std::to_string(overdue_attempts_) +
-        ", bound " + std::to_string(bound) + " ms)";
+        " ms: " + causes + "asking for a new epoch" +
+        (withhold ? " and withholding lease echoes from the node(s) above" : "") + " (attempt " +
+        std::to_string(overdue_attempts_) + ", bound " + std::to_string(bound) + " ms)";
     log(WorkerLogLevel::Warning, text);
     host_.record_error(ErrorType::BarrierOverdue, Severity::Error,
                        missing.size() == 1 ? missing[0] : -1, text);
+    if (withhold)
+        for (uint16_t n : missing) host_.withhold_echoes(n, 3 * static_cast<uint64_t>(bound));
     host_.request_new_epoch();
 }
 

@@ -91,6 +91,8 @@ class WorkerHost {
     virtual uint64_t lease_word() = 0;
     // Asks the membership for a new epoch with the same members (bump_requests).
     virtual void request_new_epoch() = 0;
+    // Withholds this node's lease echoes from `node` for `for_ms` (withhold_echoes()).
+    virtual void withhold_echoes(uint16_t node, uint64_t for_ms) = 0;
     // A GES message of an older epoch was refused (MembershipShared::stale_epoch_messages).
     virtual void count_stale_epoch_message() = 0;
     // A GES message of an epoch this worker never adopted was dropped

@@ -207,6 +207,18 @@ bool fence_if_lapsed(MembershipShared* m, uint64_t now_ms) {
     return false;
 }
 
+void withhold_echoes(MembershipShared* m, uint16_t node, uint64_t now_ms, uint64_t for_ms) {
+    if (node < 1 || node > 64) return;
+    const uint64_t until = now_ms + for_ms;
+    if (load_acquire(&m->withheld_until_ms[node - 1]) > now_ms) {
+        if (until > load_relaxed(&m->withheld_until_ms[node - 1]))
+            store_release(&m->withheld_until_ms[node - 1], until);
+        return;
+    }
+    store_release(&m->withheld_since_ms[node - 1], now_ms);
+    store_release(&m->withheld_until_ms[node - 1], until);
+}
+
 View committed_view(const MembershipShared* m) {
     for (int attempt = 0; attempt < 100; attempt++) {
         const uint32_t e = load_acquire(&m->committed_epoch);
@@ -343,7 +355,7 @@ bool Membership::bound_here(uint16_t node, uint64_t instance) const {
 }
 
 bool Membership::echo_for(uint16_t node, int64_t now_us) {
-    const bool in_view = in_accepted_view(node);
+    const bool in_view = in_accepted_view(node) && !withheld(node, now_us);
     if (in_view && node >= 1 && node <= 64) peers_[node - 1].echo_sent_us = now_us;
     return in_view;
 }
@@ -508,6 +520,11 @@ bool Membership::in_accepted_view(uint16_t node) const {
            load_relaxed(&shm_->accepted_binding[node - 1]) == owner(node);
 }
 
+bool Membership::withheld(uint16_t node, int64_t now_us) const {
+    return node >= 1 && node <= 64 &&
+           to_lease_ms(now_us) < load_acquire(&shm_->withheld_until_ms[node - 1]);
+}
+
 NodeMask Membership::reachable(int64_t now_us) const {
     NodeMask m = node_bit(cfg_.self);
     const int64_t window = window_us(now_us);
@@ -515,7 +532,16 @@ NodeMask Membership::reachable(int64_t now_us) const {
         if (id == cfg_.self) continue;
         // A restarted host process (or host) may have heard it just before: its
         // lease may rest on our echoes, so we wait out peer_timeout from our start.
-        const int64_t heard = std::max(peers_[id - 1].heard_us, started_us_);
+        int64_t heard = std::max(peers_[id - 1].heard_us, started_us_);
+        // Echoes withheld: heard no later than when the withholding began (our
+        // last echo to it is older), so that a window later we may vote it out.
+        if (withheld(id, now_us)) {
+            const int64_t since_us =
+                static_cast<int64_t>((load_relaxed(&shm_->withheld_since_ms[id - 1]) +
+                                      load_relaxed(&shm_->clock_base_ms)) *
+                                     1000);
+            heard = std::min(heard, since_us);
+        }
         if (heard != 0 && now_us - heard < window) m |= node_bit(id);
     }
     return m;

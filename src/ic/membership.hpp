@@ -174,6 +174,9 @@ struct MembershipShared {
     uint64_t owner[64];              // instance admitted for each node id (the engine's)
     uint64_t owner_location[64];     // ... and where it runs (0: unknown)
     uint64_t accepted_binding[64];   // instances our accepted vote binds (members only)
+    // Echoes withheld from a node (withhold_echoes()), lease-clock ms: since, until.
+    uint64_t withheld_since_ms[64];
+    uint64_t withheld_until_ms[64];
     uint64_t history_next;
     MembershipRecord history[kHistoryLen];
 };
@@ -187,6 +190,12 @@ uint64_t lease_word(const MembershipShared* m);
 bool fence_if_lapsed(MembershipShared* m, uint64_t now_ms);
 // The committed view (epoch 0, no members before the first).
 View committed_view(const MembershipShared* m);
+// Any process (an LMS whose replay barrier a member never completes): this
+// node gives `node` no lease echo until now + for_ms, and from one window after
+// now counts it as unheard, so that if a majority does the same the member's
+// lease lapses, it is voted out, and it comes back through a new epoch. Safe:
+// withholding echoes only shortens leases. A longer withholding in force is kept.
+void withhold_echoes(MembershipShared* m, uint16_t node, uint64_t now_ms, uint64_t for_ms);
 // History, newest first.
 size_t membership_history(const MembershipShared* m, MembershipRecord* out, size_t max);
 
@@ -288,6 +297,7 @@ class Membership {
     int min_known_timeout_ms() const;
     uint64_t to_lease_ms(int64_t us) const;  // lease-clock ms of an engine time
     bool bound_here(uint16_t node, uint64_t instance) const;
+    bool withheld(uint16_t node, int64_t now_us) const;
     void adopt(const View& v, int64_t now_us);
     void check_lease(int64_t now_us);
     int64_t computed_expiry_us() const;

@@ -76,6 +76,10 @@ class LmsHost final : public WorkerHost {
         return shm ? pgrac::ic::lease_word(&shm->membership) : 0;
     }
     void request_new_epoch() override { count(&shared()->membership.bump_requests); }
+    void withhold_echoes(uint16_t node, uint64_t for_ms) override {
+        MembershipShared* m = &shared()->membership;
+        pgrac::ic::withhold_echoes(m, node, lease_now_ms(m), for_ms);
+    }
     void count_stale_epoch_message() override { count(&shared()->membership.stale_epoch_messages); }
     void count_future_epoch_message() override {
         count(&shared()->membership.future_epoch_messages);

@@ -56,6 +56,7 @@ class NodeHost final : public WorkerHost {
     std::vector<Error> errors;
     std::map<WorkerCounter, uint64_t> counters;
     uint64_t epoch_requests = 0;
+    std::vector<std::pair<uint16_t, uint64_t>> withheld;  // withhold_echoes() calls
     uint64_t future_messages = 0;
 
     size_t errors_of(ErrorType t) const {
@@ -78,6 +79,9 @@ class NodeHost final : public WorkerHost {
     View committed_view() override { return view; }
     uint64_t lease_word() override { return kLeaseForever; }
     void request_new_epoch() override { epoch_requests++; }
+    void withhold_echoes(uint16_t node, uint64_t for_ms) override {
+        withheld.emplace_back(node, for_ms);
+    }
     void count_stale_epoch_message() override {}
     void count_future_epoch_message() override { future_messages++; }
     uint32_t shard_fences(uint32_t worker) override { return shard_fence[worker]; }
@@ -380,6 +384,7 @@ TEST(GesReplayBarrier, AMissingMarkerEndsWithinTheBoundWithBarrierOverdueAndANew
         << c.host(1).errors.back().text;
     EXPECT_EQ(c.host(1).epoch_requests, 1u);
     EXPECT_EQ(c.host(2).epoch_requests, 1u);
+    EXPECT_TRUE(c.host(1).withheld.empty()) << "the first time, a new epoch only";
     EXPECT_FALSE(c.granted(1, x)) << "overdue is not complete: nothing is served";
 
     for (int i = 0; i < 50; i++) c.tick_all();  // no spin
@@ -391,6 +396,11 @@ TEST(GesReplayBarrier, AMissingMarkerEndsWithinTheBoundWithBarrierOverdueAndANew
     c.tick_all();
     EXPECT_EQ(c.host(1).epoch_requests, 2u) << "the same epoch asks again after another bound";
     EXPECT_TRUE(c.host(1).logged("attempt 2"));
+    // The second time membership decides: no more lease echoes to node 3 here
+    // (for three bounds); where a majority does so, node 3 fences and rejoins.
+    ASSERT_EQ(c.host(1).withheld.size(), 1u);
+    EXPECT_EQ(c.host(1).withheld[0], std::make_pair(uint16_t{3}, uint64_t(3 * bound)));
+    EXPECT_TRUE(c.host(1).logged("withholding lease echoes from the node(s) above"));
 
     // The new epoch comes; node 3 reports; the barrier ends and serves.
     c.held.clear();

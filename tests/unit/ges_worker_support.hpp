@@ -67,6 +67,7 @@ class FakeHost final : public WorkerHost {
     std::vector<ErrorType> errors;
     std::map<WorkerCounter, uint64_t> counters;
     uint64_t epoch_requests = 0;
+    std::vector<std::pair<uint16_t, uint64_t>> withheld;  // withhold_echoes() calls
     uint64_t stale_messages = 0;
 
     uint64_t counter(WorkerCounter c) const {
@@ -86,6 +87,9 @@ class FakeHost final : public WorkerHost {
     View committed_view() override { return pgrac::ic::committed_view(ms.get()); }
     uint64_t lease_word() override { return pgrac::ic::lease_word(ms.get()); }
     void request_new_epoch() override { epoch_requests++; }
+    void withhold_echoes(uint16_t node, uint64_t for_ms) override {
+        withheld.emplace_back(node, for_ms);
+    }
     void count_stale_epoch_message() override { stale_messages++; }
     uint32_t shard_fences(uint32_t worker) override { return shard_fence[worker]; }
     uint32_t bump_shard_fences(uint32_t worker) override { return ++shard_fence[worker]; }

@@ -1367,6 +1367,30 @@ TEST(MembershipClaims, AnInstanceFromTheOwnersDataDirectoryIsARestart) {
               ClaimVerdict::Refuse);
 }
 
+// An LMS whose replay barrier node 2 never completes withholds this node's
+// echoes from it: no in-view pong, and a window after the withholding began
+// node 2 counts as unheard here (a view without it may be voted for), however
+// often it is heard meanwhile. When the withholding ends, it counts again.
+TEST(MembershipSim, WithheldEchoesLetAMajorityVoteAMemberOut) {
+    for (uint64_t seed = 1; seed <= 5; seed++) {
+        auto c = formed(3, seed);
+        const uint32_t before = c->max_epoch();
+        for (uint16_t id : {1, 3})
+            withhold_echoes(c->shm(id), 2, static_cast<uint64_t>(c->now_us() / 1000), 3000);
+        ASSERT_TRUE(c->run_until(
+            [&] {
+                return c->converged(nodes_mask({1, 3}));
+            },
+            3 * kSec))
+            << c->trace();
+        EXPECT_GT(c->max_epoch(), before);
+        EXPECT_TRUE(c->has_history(2, "fenced")) << "seed " << seed;
+        EXPECT_EQ(c->monitor().violations(), 0) << "seed " << seed;
+        // Node 2 comes back in a new epoch once the withholding is over.
+        ASSERT_TRUE(c->run_until([&] { return c->converged(); }, 5 * kSec)) << c->trace();
+    }
+}
+
 TEST(MembershipClaims, AVoteIsRefusedForAViewBindingAnotherInstance) {
     ClaimFixture f;
     f.m->set_owner(2, 50, 0);
