@@ -258,13 +258,9 @@ Membership::Membership(MembershipConfig cfg, MembershipShared* shm) : cfg_(cfg),
     store_relaxed(&shm_->lease_ms, static_cast<uint32_t>(lease_ms_for(cfg_.peer_timeout_ms)));
     store_release(&shm_->owner[cfg_.self - 1], load_relaxed(&shm_->self_instance));
     // A restarted host process whose peer_timeout went down keeps the window
-    // it told its peers (echoes given under it may still count).
-    const uint32_t told = load_relaxed(&shm_->advertised_timeout_ms);
-    if (told > static_cast<uint32_t>(cfg_.peer_timeout_ms) &&
-        told > load_relaxed(&shm_->window_floor_ms)) {
-        store_relaxed(&shm_->window_floor_ms, told);
-        store_relaxed(&shm_->window_floor_until_ms, lease_now_ms(shm_) + told);
-    }
+    // it told its peers (echoes given under it may still count): from its
+    // first input on (note_start), on the engine's clock.
+    told_before_start_ms_ = load_relaxed(&shm_->advertised_timeout_ms);
     store_relaxed(&shm_->advertised_timeout_ms, static_cast<uint32_t>(cfg_.peer_timeout_ms));
 }
 
@@ -285,6 +281,19 @@ void Membership::set_timing(int heartbeat_interval_ms, int peer_timeout_ms, int6
     cfg_.peer_timeout_ms = peer_timeout_ms;
     store_relaxed(&shm_->advertised_timeout_ms, static_cast<uint32_t>(peer_timeout_ms));
     store_relaxed(&shm_->lease_ms, static_cast<uint32_t>(lease_ms_for(min_known_timeout_ms())));
+}
+
+void Membership::note_start(int64_t now_us) {
+    if (started_us_ != 0) return;
+    started_us_ = now_us;
+    const uint32_t told = told_before_start_ms_;
+    if (told <= static_cast<uint32_t>(cfg_.peer_timeout_ms)) return;
+    const uint64_t now_ms = to_lease_ms(now_us);
+    const uint64_t until = load_relaxed(&shm_->window_floor_until_ms);
+    const bool active = now_ms < until;
+    store_relaxed(&shm_->window_floor_ms,
+                  active ? std::max(told, load_relaxed(&shm_->window_floor_ms)) : told);
+    store_relaxed(&shm_->window_floor_until_ms, std::max(active ? until : 0, now_ms + told));
 }
 
 int64_t Membership::window_us(int64_t now_us) const {

@@ -287,9 +287,7 @@ class Membership {
     };
 
     int majority() const { return node_count(cfg_.configured) / 2 + 1; }
-    void note_start(int64_t now_us) {
-        if (started_us_ == 0) started_us_ = now_us;
-    }
+    void note_start(int64_t now_us);
     NodeMask reachable(int64_t now_us) const;
     bool try_accept(const View& v, const uint64_t* instances, uint16_t proposer, int64_t now_us);
     int echo_lease_ms(uint16_t node) const;  // what an echo from node is good for
@@ -325,6 +323,7 @@ class Membership {
     std::vector<std::pair<uint16_t, std::string>> drift_;
     uint32_t refused_epoch_logged_ = 0;  // last proposal whose binding we refused, logged
     bool epoch_space_logged_ = false;
+    uint32_t told_before_start_ms_ = 0;  // the timeout this node told peers before a restart
     int64_t (*unix_clock_)() = nullptr;
 };
 

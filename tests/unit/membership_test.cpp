@@ -1096,6 +1096,26 @@ TEST(MembershipSim, LoweredTimeoutKeepsTheOldWindowUntilItPassed) {
     }
 }
 
+// The same with the host processes of nodes 1 and 2 restarted right after
+// the reload: shared memory keeps the timeout they told their peers, and the
+// restarted process keeps the old window from its start.
+TEST(MembershipSim, LoweredTimeoutSurvivesAHostProcessRestart) {
+    for (uint64_t seed = 1; seed <= 10; seed++) {
+        auto c = formed(sim(3, seed, 100, 500, 100, 3000));
+        c->run_for(500 * kMs);
+        const uint32_t before = c->max_epoch();
+        const int64_t cut_at = c->now_us();
+        c->set_timeout(1, 1000);
+        c->set_timeout(2, 1000);
+        c->restart_process(1);
+        c->restart_process(2);
+        c->isolate(3);
+        ASSERT_TRUE(c->run_until([&] { return c->max_epoch() > before; }, 10 * kSec)) << c->trace();
+        EXPECT_GE(c->now_us() - cut_at, 2250 * kMs) << "seed " << seed;
+        EXPECT_EQ(c->monitor().violations(), 0) << "seed " << seed;
+    }
+}
+
 // A rolling reload, up and down, node by node, under no fault: the view never
 // changes (nobody is excluded) and every node keeps its lease throughout.
 TEST(MembershipSim, RollingReloadChangesNoView) {
