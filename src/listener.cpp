@@ -38,6 +38,7 @@ PGDLLEXPORT void pgrac_ic_listener_main(Datum arg);
 #include "pg_boundary.hpp"
 #include "shmem.hpp"
 #include "tier_startup.hpp"
+#include "timing_file.hpp"
 #include "verbs_glue.hpp"
 
 namespace {
@@ -218,6 +219,7 @@ void pgrac_ic_listener_main(Datum) {
                         errmsg("pgrac_ic listener cannot start: %s", err)));
     pgrac::glue::in_place_init(g_engine);
     pgrac::glue::publish_transport(shm);  // tier1/tier2: what runs (verbs or the TCP fallback)
+    pgrac::glue::remember_told_timeout(shm);
     ereport(LOG, (errmsg("pgrac_ic listener started: node %d, tier %s (%s transport), %zu nodes",
                          pgrac_node_id,
                          pgrac::tiers::tier_name(static_cast<pgrac::tiers::Tier>(shm->tier_active)),
@@ -259,9 +261,10 @@ void pgrac_ic_listener_main(Datum) {
                                      "effect once the LMS inboxes are empty",
                                      serving_in_place ? "on" : "off")));
             }
-            if (pgrac_peer_timeout_ms >= 2 * pgrac_heartbeat_interval_ms)
+            if (pgrac_peer_timeout_ms >= 2 * pgrac_heartbeat_interval_ms) {
                 g_engine->set_timing(pgrac_heartbeat_interval_ms, pgrac_peer_timeout_ms);
-            else
+                pgrac::glue::remember_told_timeout(shm);
+            } else
                 ereport(WARNING,
                         (errmsg("pgrac_ic: cluster.peer_timeout (%d ms) must be at least twice "
                                 "cluster.heartbeat_interval (%d ms); keeping the previous values",

@@ -19,6 +19,7 @@ extern "C" {
 #include "guc.hpp"
 #include "shmem.hpp"
 #include "tier_startup.hpp"
+#include "timing_file.hpp"
 
 namespace pgrac::glue {
 
@@ -57,6 +58,8 @@ void fill_shared(pgrac::ic::IcShared* shm) {
     shm->my_node_id = static_cast<uint32_t>(pgrac_node_id);
     shm->started_us = pgrac::ic::unix_time_us();
     shm->membership.self_instance = new_instance();
+    // The previous instance's window here (timing_file.hpp): kept from the start.
+    shm->membership.advertised_timeout_ms = told_timeout_from_file();
     char host[256] = "";
     struct stat st;
     if (gethostname(host, sizeof host - 1) == 0 && DataDir != nullptr && stat(DataDir, &st) == 0)

@@ -14,7 +14,8 @@
 #     is granted only after node 3's holder became invalid, on the machine's
 #     wall clock (every instance's clock_timestamp()), and within a bound. The
 #     old code (lease = 3/4 of the node's own timeout) kept node 3's holder
-#     valid 3.6-4.2 s after the waiter's grant.
+#     valid 3.6-4.2 s after the waiter's grant (3 s timeouts in the issue;
+#     5.5 s here, with that lease rule put back into today's code).
 #  4. A rolling reload of peer_timeout 2 s -> 4 s -> 2 s, node by node, under a
 #     lock/unlock load on every node: every lock call succeeds, no epoch
 #     change, no fence; a lowered timeout keeps the old exclusion window until
@@ -22,8 +23,12 @@
 #  5. A hostile peer (tests/hostile/peer.py) claims live members' ids: refused
 #     with duplicate_node, counted, logged; the real node stays UP with its
 #     session. Then it keeps claiming node 2 at node 3 while the real node 2 is
-#     frozen longer than peer_timeout: nodes 1 and 3 end up agreeing on one
-#     instance for id 2, and no global lock is granted twice meanwhile.
+#     frozen longer than peer_timeout: a newer claimant (a second instance
+#     started by mistake) gives way to node 2 once it is back, so nodes 1 and
+#     3 agree on one instance for id 2 while the claim still runs (5b); one
+#     that says it is older (a liar holding the key) may keep node 2 out until
+#     it stops, but no view with node 2 commits while nodes 1 and 3 disagree
+#     (5c). Either way no global lock is granted twice.
 # Every wait is bounded.
 use strict;
 use warnings;
@@ -127,6 +132,15 @@ sub bq
 	my $err = $s->{stderr};
 	$s->{stderr} = '';
 	return ($out, $err);
+}
+
+# The output of one query in a background session, or 'ERROR: ...' (never
+# dies: a case that fails goes on to its end, and the next case runs).
+sub bv
+{
+	my ($s, $query) = @_;
+	my ($out, $err) = bq($s, $query);
+	return $err =~ /(ERROR:.*)/ ? $1 : $out;
 }
 
 # A request that is expected to wait: sent in session $s, without waiting for
@@ -462,8 +476,12 @@ sub odd_node_out
 	my ($label, $tag, $setting, $text_on_1, $totals0, $logpos) = @_;
 	for my $i (1, 2)
 	{
-		ok($c->wait_up($i, 2), "$label: node $i sees nodes 1 and 2 UP");
-		ok($c->wait_member($i, 2), "$label: node $i is a member of a view of 2 nodes");
+		ok( poll_sql($c->node($i),
+				"SELECT count(*) = 2 FROM pg_cluster_ic_peers WHERE node_id IN (1, 2) AND state = 'UP'", 30),
+			"$label: node $i sees nodes 1 and 2 UP");
+		ok( poll_sql($c->node($i),
+				"SELECT state = 'member' AND lease_valid AND members @> '{1,2}' FROM pg_cluster_membership", 30),
+			"$label: node $i is a member of a view with nodes 1 and 2");
 	}
 	is(mem($n1, 'members'), '{1,2}', "$label: nodes 1 and 2 form a view of {1,2}");
 
@@ -516,11 +534,15 @@ sub odd_node_out
 	my $tot3 = totals($n3);
 	cmp_ok($tot3->{config_mismatch} // 0, '>', 0,
 		"$label: node 3 counts config_mismatch (" . ($tot3->{config_mismatch} // 0) . ')');
-	my @lines = grep { /config_mismatch/ && /\b\Q$setting\E is/ } split /\n/, log_since($n1, $logpos->{1});
-	ok(@lines, "$label: node 1 logged the refusal naming $setting")
+	# The handshake's refusal (GES's replay barrier names a difference too,
+	# once a node got in: not what is looked for here).
+	my @lines = grep { /rejected the connection: config_mismatch: .*\b\Q$setting\E is/ } split /\n/,
+	  log_since($n1, $logpos->{1});
+	ok(@lines, "$label: node 1 logged node 3's refusal naming $setting")
 	  and note("$label: node 1 logged: $lines[0]");
-	@lines = grep { /\b\Q$setting\E is/ } split /\n/, log_since($n3, $logpos->{3});
-	ok(@lines, "$label: node 3 logged the refusal naming $setting")
+	@lines = grep { /refused connection from .*\b\Q$setting\E is .* here, .* on node [12]/ } split /\n/,
+	  log_since($n3, $logpos->{3});
+	ok(@lines, "$label: node 3 logged its refusal naming $setting")
 	  and note("$label: node 3 logged: $lines[0]");
 
 	# GES keeps serving nodes 1 and 2: a lock on one is seen from the other.
@@ -529,11 +551,11 @@ sub odd_node_out
 		my ($h, $o) = @$pair;
 		my $r = resource_where($n1, "${tag}h$h", "master_node = $o");
 		my $s = bg($c->node($h));
-		is($s->query_safe("SELECT pgrac_ges_lock('$r', 'EX', 5000)"), 't',
+		is(bv($s, "SELECT pgrac_ges_lock('$r', 'EX', 5000)"), 't',
 			"$label: node $h gets $r (master $o)");
 		is(sql_value($c->node($o), "SELECT pgrac_ges_lock('$r', 'EX', 0)"), 'f',
 			"$label: NOWAIT EX of $r from node $o is refused while node $h holds it");
-		is($s->query_safe("SELECT pgrac_ges_unlock('$r')"), 't', "$label: node $h unlocks $r");
+		is(bv($s, "SELECT pgrac_ges_unlock('$r')"), 't', "$label: node $h unlocks $r");
 		is(sql_value($c->node($o), "SELECT pgrac_ges_lock('$r', 'EX', 5000)"), 't',
 			"$label: then node $o gets it");
 		close_session($s);
@@ -579,17 +601,38 @@ sub odd_node_out
 	odd_node_out($label, 'c2', 'witness_nodes', 'witness_nodes is {} here, {3} on node 3', $t0, \%pos);
 }
 
-# Node 3 with the others' settings: admitted, and the refusal text is gone.
+# Nodes 1 and 2 take node 3's witness_nodes (a valid configuration: node 3 a
+# witness): node 3, which kept running, admits them, and its rows of them lose
+# the refusal text once a handshake succeeds (their counts stay). Then every
+# node goes back to no witness, for the cases that follow.
 {
 	my $label = 'settings alike';
-	$n3->append_conf('postgresql.conf', "cluster.witness_nodes = ''\n");
-	$n3->restart;
+	my $refusals = peer_row($n3, 1, 'config_refusals')->{config_refusals} || 0;
+	my $start3 = sql_value($n3, 'SELECT pg_postmaster_start_time()');
+	for my $node ($n1, $n2)
+	{
+		$node->append_conf('postgresql.conf', "cluster.witness_nodes = '3'\n");
+		$node->restart;
+	}
+	for my $j (1, 2)
+	{
+		ok( poll_sql($n3,
+				"SELECT state = 'UP' AND config_mismatch = '' FROM pg_cluster_ic_peers WHERE node_id = $j", 30),
+			"$label: node 3 admits node $j, and its row of node $j has no config_mismatch any more");
+	}
+	is(sql_value($n3, 'SELECT pg_postmaster_start_time()'), $start3, "$label: ... without node 3 restarting");
+	cmp_ok(peer_row($n3, 1, 'config_refusals')->{config_refusals} || 0, '>=', $refusals,
+		"$label: node 3 still counts node 1's refusals ($refusals)");
+	ok(poll_sql($n3, "SELECT state = 'member' AND members = '{1,2,3}' FROM pg_cluster_membership", 30),
+		"$label: node 3 (a witness now) is a member of {1,2,3}");
+	for my $node ($n1, $n2, $n3)
+	{
+		$node->append_conf('postgresql.conf', "cluster.witness_nodes = ''\n");
+		$node->restart;
+	}
 	$c->wait_all_up;
 	settle($label);
-	my $row = peer_row($n1, 3, qw(config_mismatch config_refusals));
-	is($row->{config_mismatch}, '', "$label: node 1's row of node 3 has no config_mismatch any more");
-	is(peer_row($n3, 1, 'config_mismatch')->{config_mismatch},
-		'', "$label: node 3's row of node 1 has no config_mismatch any more");
+	is(peer_row($n1, 3, 'config_mismatch')->{config_mismatch}, '', "$label: node 1's row of node 3 has no config_mismatch");
 	my $before = totals($n1)->{config_mismatch} // 0;
 	usleep(2_000_000);
 	is(totals($n1)->{config_mismatch} // 0, $before, "$label: node 1 counts no more config_mismatch ($before)");
@@ -610,14 +653,13 @@ sub odd_node_out
 # conflicting grant means: the waiter's grant is after the holder's last valid
 # moment. With the old code (node 3's lease 3/4 of its own 10 s) this failed
 # by 3.6-4.2 s.
-my $case3_ok = 0;
 {
 	my $label = 'case 3 (peer_timeout 10 s on node 3 only, node 3 isolated)';
 	my %st;
 	my $r = resource_where($n1, 'c3r', 'master_node = 1');
 	my $h3 = bg($n3);
-	is($h3->query_safe("SELECT pgrac_ges_lock('$r', 'EX', 5000)"), 't', "$label: node 3 holds $r EX (master 1)");
-	my $tok = $h3->query_safe("SELECT pgrac_ges_lock_token('$r')");
+	is(bv($h3, "SELECT pgrac_ges_lock('$r', 'EX', 5000)"), 't', "$label: node 3 holds $r EX (master 1)");
+	my $tok = bv($h3, "SELECT pgrac_ges_lock_token('$r')");
 	my $drift0 = totals($n1)->{config_drift} // 0;
 	my $e0 = mem($n1, 'epoch');
 	$n3->safe_psql('postgres', "ALTER SYSTEM SET cluster.peer_timeout = '10s'; SELECT pg_reload_conf()");
@@ -694,7 +736,6 @@ my $case3_ok = 0;
 	ok( defined $g_at && defined $valid_last && $g_at > $valid_last,
 		sprintf('%s: the grant came after the last moment node 3 held %s validly (by %.3f s)',
 			$label, $r, (defined $g_at && defined $valid_last) ? $g_at - $valid_last : 0));
-	$case3_ok = defined $g_at && defined $valid_last && $g_at > $valid_last;
 	check_grants($n1, $r, \%st);
 	probe_refused($n2, $r, \%st);
 
@@ -707,7 +748,7 @@ my $case3_ok = 0;
 	cmp_ok(history_count($n3, 'fenced'), '>', 0, "$label: node 3's history shows it was fenced");
 	check_grants($n1, $r, \%st);
 	probe_refused($n3, $r, \%st);
-	is($w1s->query_safe("SELECT pgrac_ges_unlock('$r')"), 't', "$label: the node 1 waiter unlocks");
+	is(bv($w1s, "SELECT pgrac_ges_unlock('$r')"), 't', "$label: the node 1 waiter unlocks");
 	bq($h3, 'SELECT pgrac_ges_unlock_all()');
 	report_safety($label, \%st);
 	close_session($_) for $h3, $w1s;
@@ -932,8 +973,8 @@ SKIP:
 		my $r = resource_where($n1, $a{prefix}, 'master_node = 1');
 		my $h2 = bg($n2);
 		my $w3s = bg($n3);
-		is($h2->query_safe("SELECT pgrac_ges_lock('$r', 'EX', 5000)"), 't', "$label: node 2 holds $r (master 1)");
-		my $tok2 = $h2->query_safe("SELECT pgrac_ges_lock_token('$r')");
+		is(bv($h2, "SELECT pgrac_ges_lock('$r', 'EX', 5000)"), 't', "$label: node 2 holds $r (master 1)");
+		my $tok2 = bv($h2, "SELECT pgrac_ges_lock_token('$r')");
 		my $w = start_waiter($w3s,
 			"SELECT pgrac_ges_lock('$r', 'EX', -1), extract(epoch FROM clock_timestamp())::numeric(20,6)");
 		ok( poll_sql($n1,
@@ -1048,7 +1089,7 @@ SKIP:
 			ok(!($w->{done} && $w->{out} =~ /^t\|/),
 				"$label: node 2 still holds $r, so node 3's waiter was not granted");
 			probe_refused($n1, $r, \%st);
-			is($h2->query_safe("SELECT pgrac_ges_unlock('$r')"), 't', "$label: node 2 unlocks");
+			is(bv($h2, "SELECT pgrac_ges_unlock('$r')"), 't', "$label: node 2 unlocks");
 		}
 		bq($h2, 'SELECT pgrac_ges_unlock_all()');
 		ok(wait_waiter($w, 20), "$label: node 3's waiter got an answer (bounded)");

@@ -51,6 +51,7 @@ Engine::Engine(EngineConfig config, IcShared* shm, EngineHost& host, const Trans
                                    cfg_.heartbeat_interval_ms, cfg_.peer_timeout_ms},
                   with_instance(shm_, &cfg_.identity)) {
     membership_.set_unix_clock(&unix_time_us);
+    membership_.note_start(now_us());
     transport_ = make(*this);
     peer_index_.assign(kMaxNodes + 1, -1);
     const uint16_t me = cfg_.identity.node_id;

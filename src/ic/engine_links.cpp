@@ -154,7 +154,7 @@ void Engine::run_timers(int64_t now) {
         }
         if (p.state == PeerState::Up && now >= p.next_heartbeat_us) {
             send_heartbeat(p, kHeartbeatPing, boottime_ns());
-            p.next_heartbeat_us = now + 1000 * cfg_.heartbeat_interval_ms;
+            p.next_heartbeat_us = now + 1000 * int64_t{membership_.ping_interval_ms()};
         }
         if (p.state == PeerState::Up) next = std::min(next, p.next_heartbeat_us);
         if (p.hold_until_us != 0) {

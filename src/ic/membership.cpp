@@ -328,6 +328,15 @@ int Membership::echo_lease_ms(uint16_t node) const {
     return lease_ms_for(t);
 }
 
+// Pings go out at least three times per lease, whatever heartbeat_interval
+// is: with timing that differs between nodes (a reload going round), the
+// lease uses the smaller timeout, which a heartbeat meant for the larger one
+// would not renew in time.
+int Membership::ping_interval_ms() const {
+    return std::max(1,
+                    std::min(cfg_.heartbeat_interval_ms, lease_ms_for(min_known_timeout_ms()) / 3));
+}
+
 uint32_t Membership::peer_timeout_of(uint16_t node) const {
     return node >= 1 && node <= 64 ? peers_[node - 1].gossip.peer_timeout_ms : 0;
 }
@@ -381,16 +390,19 @@ bool Membership::echo_for(uint16_t node, int64_t now_us) {
 //  * otherwise the older of two live instances wins, and a silent owner
 //    gives way.
 // Before all that: an instance from the owner's location (the same data
-// directory on the same host) is the node restarted. PostgreSQL starts no
-// postmaster on a data directory that an earlier one's processes still use,
-// so the owner is gone, with everything that could act on its locks.
+// directory on the same host) while no lane to the owner is up is the node
+// restarted. PostgreSQL starts no postmaster on a data directory that an
+// earlier one's processes still use, so the owner is gone, with everything
+// that could act on its locks. (With a lane up, a copy of the location, a
+// cloned machine, is as likely: the rules below decide.)
 ClaimVerdict Membership::claim_verdict(uint16_t node, uint64_t instance, uint64_t location,
                                        bool owner_lanes_up, int64_t now_us,
                                        std::string* why) const {
     if (node < 1 || node > 64 || node == cfg_.self) return ClaimVerdict::Admit;
     const uint64_t cur = owner(node);
     if (cur == 0 || cur == instance) return ClaimVerdict::Admit;
-    if (location != 0 && location == load_acquire(&shm_->owner_location[node - 1]))
+    if (location != 0 && location == load_acquire(&shm_->owner_location[node - 1]) &&
+        !owner_lanes_up)
         return ClaimVerdict::Switch;
     if (bound_here(node, instance)) return ClaimVerdict::Switch;
     const PeerInfo& p = peers_[node - 1];
@@ -562,6 +574,44 @@ NodeMask Membership::reachable(int64_t now_us) const {
 // out before any member of V acts on V; and every member is bound to the
 // instance we admitted for it (B), so all voters of an epoch agree on who the
 // members are. A member we have not met yet is taken as bound.
+// A view that binds an id to another instance than our records (the newest
+// view we voted for or committed that had the id) rebinds it. Majorities are
+// counted by id, so two views that bind one id to two instances could meet in
+// that id alone (a second instance bridging a partition: {1, 2:A} and
+// {2:B, 3}). A rebinding view therefore needs enough members it does not
+// rebind to meet every majority: more than (configured - majority) of them.
+// Then any two views that bind an id differently share a member voting for
+// both, and epochs order them through it as for any two views. The instance
+// we admitted ourselves from the recorded instance's own place is the node
+// restarted (assumption A8): not a rebinding.
+bool Membership::rebinding_allowed(const View& v, const uint64_t* instances, uint16_t proposer) {
+    NodeMask rebound = 0;
+    for (uint16_t id : mask_nodes(v.members)) {
+        if (id == cfg_.self) continue;
+        const uint64_t voted = load_relaxed(&shm_->voted_instance[id - 1]);
+        const uint64_t committed = load_relaxed(&shm_->committed_instance[id - 1]);
+        const uint64_t inst = instances[id - 1];
+        if ((voted == 0 || voted == inst) && (committed == 0 || committed == inst)) continue;
+        const uint64_t place = load_relaxed(&shm_->recorded_location[id - 1]);
+        if (owner(id) == inst && place != 0 && load_relaxed(&shm_->owner_location[id - 1]) == place)
+            continue;  // restarted in place
+        rebound |= node_bit(id);
+    }
+    if (rebound == 0) return true;
+    const int others = node_count(v.members & ~rebound);
+    if (others > node_count(cfg_.configured) - majority()) return true;
+    if (refused_epoch_logged_ != v.epoch) {
+        refused_epoch_logged_ = v.epoch;
+        logs_.push_back("membership: epoch " + std::to_string(v.epoch) + " proposed by node " +
+                        std::to_string(proposer) + " binds node(s) " + mask_text(rebound) +
+                        " to other instances than before with " + std::to_string(others) +
+                        " other member(s); a replaced instance needs " +
+                        std::to_string(node_count(cfg_.configured) - majority() + 1) +
+                        ": not voting for it");
+    }
+    return false;
+}
+
 bool Membership::try_accept(const View& v, const uint64_t* instances, uint16_t proposer,
                             int64_t now_us) {
     const View acc = load_view(&shm_->accepted);
@@ -584,7 +634,15 @@ bool Membership::try_accept(const View& v, const uint64_t* instances, uint16_t p
         }
         return false;
     }
+    if (!rebinding_allowed(v, instances, proposer)) return false;
     store_release(&shm_->muted, load_relaxed(&shm_->muted) | (cfg_.configured & ~v.members));
+    for (uint16_t id : mask_nodes(v.members)) {
+        if (id == cfg_.self) continue;
+        store_release(&shm_->voted_instance[id - 1], instances[id - 1]);
+        store_release(&shm_->recorded_location[id - 1],
+                      owner(id) == instances[id - 1] ? load_relaxed(&shm_->owner_location[id - 1])
+                                                     : uint64_t{0});
+    }
     for (uint16_t id = 1; id <= 64; id++)
         store_release(&shm_->accepted_binding[id - 1],
                       has_node(v.members, id) ? instances[id - 1] : uint64_t{0});
@@ -621,6 +679,10 @@ void Membership::adopt(const View& v, int64_t now_us) {
         record(MembershipEvent::Excluded, v.epoch, v.members, at, "this node is not a member");
         return;
     }
+    for (uint16_t id : mask_nodes(v.members))
+        if (id != cfg_.self)
+            store_release(&shm_->committed_instance[id - 1],
+                          load_relaxed(&shm_->accepted_binding[id - 1]));
     store_release(&shm_->bump_handled, bump_at_accept_);
     store_release(&shm_->muted, NodeMask{0});  // older proposals are committed or dead
     record(MembershipEvent::Committed, v.epoch, v.members, at,

@@ -174,6 +174,12 @@ struct MembershipShared {
     uint64_t owner[64];              // instance admitted for each node id (the engine's)
     uint64_t owner_location[64];     // ... and where it runs (0: unknown)
     uint64_t accepted_binding[64];   // instances our accepted vote binds (members only)
+    // The instance of each id in the newest view this node voted for, and in
+    // the newest committed view of its own, that had the id (kept when a later
+    // view leaves the id out), and where the first of them runs (0: unknown).
+    uint64_t voted_instance[64];
+    uint64_t committed_instance[64];
+    uint64_t recorded_location[64];
     // Echoes withheld from a node (withhold_echoes()), lease-clock ms: since, until.
     uint64_t withheld_since_ms[64];
     uint64_t withheld_until_ms[64];
@@ -234,6 +240,9 @@ class Membership {
     void on_gossip(uint16_t node, const Gossip& g, int64_t now_us);
     // A pong to our ping sent at ping_sent_us.
     void on_echo(uint16_t node, int64_t ping_sent_us, bool in_view, int64_t now_us);
+    // The host's start (else the first input is): from now on every node counts
+    // as heard for a window, and a window told before a restart is kept.
+    void note_start(int64_t now_us);
     // Timed work: lease, proposals, commits. True if our gossip changed.
     bool tick(int64_t now_us);
 
@@ -249,6 +258,9 @@ class Membership {
     uint64_t self_instance() const;
     // The exclusion window now: peer_timeout, or the old value after a decrease.
     int64_t window_us(int64_t now_us) const;
+    // How often to ping each peer: heartbeat_interval, or more often when a
+    // peer's smaller timeout makes leases shorter.
+    int ping_interval_ms() const;
     // The peer's last timing (0: not heard yet).
     uint32_t peer_timeout_of(uint16_t node) const;
     uint32_t heartbeat_interval_of(uint16_t node) const;
@@ -287,7 +299,6 @@ class Membership {
     };
 
     int majority() const { return node_count(cfg_.configured) / 2 + 1; }
-    void note_start(int64_t now_us);
     NodeMask reachable(int64_t now_us) const;
     bool try_accept(const View& v, const uint64_t* instances, uint16_t proposer, int64_t now_us);
     int echo_lease_ms(uint16_t node) const;  // what an echo from node is good for
@@ -295,6 +306,7 @@ class Membership {
     int min_known_timeout_ms() const;
     uint64_t to_lease_ms(int64_t us) const;  // lease-clock ms of an engine time
     bool bound_here(uint16_t node, uint64_t instance) const;
+    bool rebinding_allowed(const View& v, const uint64_t* instances, uint16_t proposer);
     bool withheld(uint16_t node, int64_t now_us) const;
     void adopt(const View& v, int64_t now_us);
     void check_lease(int64_t now_us);

@@ -57,6 +57,9 @@ struct Frame {
     uint16_t to = 0;
     uint64_t to_incarnation = 0;  // frames to an incarnation that restarted are lost
     uint64_t from_instance = 0;   // the sender's instance (its shared memory)
+    uint64_t from_location = 0;   // ... and where it runs
+    int from_slot = 0;            // sender and receiver in the simulator (a second
+    int to_slot = 0;              // instance of an id has a slot of its own)
     bool pong = false;
     int64_t ping_sent_us = 0;  // the ping's send time; a pong echoes it
     std::vector<uint8_t> gossip;
@@ -67,15 +70,19 @@ struct SimNode {
     std::unique_ptr<MembershipShared> shm;
     std::unique_ptr<Membership> m;
     uint64_t incarnation = 0;
-    uint64_t instance = 0;    // changes with the shared memory (restart())
-    int peer_timeout_ms = 0;  // 0: SimOptions::peer_timeout_ms
-    bool frozen = false;      // stopped: receives (buffers), sends and ticks nothing
-    bool down = false;        // crashed: frames to it are lost
+    uint64_t instance = 0;      // changes with the shared memory (restart())
+    int peer_timeout_ms = 0;    // 0: SimOptions::peer_timeout_ms
+    uint32_t told_file_ms = 0;  // what the data directory's timing file holds
+    bool frozen = false;        // stopped: receives (buffers), sends and ticks nothing
+    bool down = false;          // crashed: frames to it are lost
     int64_t frozen_at_us = 0;
     int64_t next_timer_us = 0;
     int64_t next_heartbeat_us = 0;
     std::vector<Frame> held;  // frames that arrived while frozen
     uint32_t last_epoch = 0;  // committed epoch seen last (this incarnation)
+    int slot = 0;             // index in the simulator + 1 (the id, but for a second instance)
+    uint64_t location = 0;    // where it runs (the id, but for a second instance elsewhere)
+    int heartbeat_ms = 0;     // 0: SimOptions::heartbeat_ms
 };
 
 // The safety invariants, checked after every event.
@@ -91,6 +98,15 @@ class SafetyMonitor {
                 fail(trace, "node " + std::to_string(n.id) + " went back from epoch " +
                                 std::to_string(n.last_epoch) + " to " + std::to_string(c.epoch));
             if (c.epoch == 0) continue;
+            // One instance per id and epoch (a node commits only a view it voted for).
+            if (has_node(c.members, n.id)) {
+                auto [at, afirst] = instances_.emplace(std::make_pair(c.epoch, n.id), n.instance);
+                if (!afirst && at->second != n.instance)
+                    fail(trace, "epoch " + std::to_string(c.epoch) + " committed by instances " +
+                                    std::to_string(at->second) + " and " +
+                                    std::to_string(n.instance) + " of node " +
+                                    std::to_string(n.id));
+            }
             auto [it, first] = committed_.emplace(c.epoch, c.members);
             auto [bt, bfirst] = bindings_.emplace(c.epoch, c.binding);
             if (!bfirst && bt->second != c.binding)
@@ -124,11 +140,21 @@ class SafetyMonitor {
                 fail(trace, who + " holds a lease in state " + member_state_name(k.m->state()));
             if (!has_node(c.members, k.id))
                 fail(trace, who + " holds a lease outside its view " + mask_text(c.members));
-            for (auto it = committed_.upper_bound(c.epoch); it != committed_.end(); ++it)
+            for (auto it = committed_.upper_bound(c.epoch); it != committed_.end(); ++it) {
                 if (!has_node(it->second, k.id))
                     fail(trace, who + " holds a lease in epoch " + std::to_string(c.epoch) +
                                     " while epoch " + std::to_string(it->first) + " " +
                                     mask_text(it->second) + " is committed without it");
+                // ... or with another instance of its id.
+                const auto other = instances_.find(std::make_pair(it->first, k.id));
+                if (other != instances_.end() && other->second != k.instance)
+                    fail(trace, who + " (instance " + std::to_string(k.instance) +
+                                    ") holds a lease in epoch " + std::to_string(c.epoch) +
+                                    " while epoch " + std::to_string(it->first) + " " +
+                                    mask_text(it->second) + " is committed with instance " +
+                                    std::to_string(other->second) + " of node " +
+                                    std::to_string(k.id));
+            }
         }
     }
 
@@ -140,8 +166,9 @@ class SafetyMonitor {
         if (violations_++ == 0) ADD_FAILURE() << what << "\nrecent events:\n" << trace();
     }
 
-    std::map<uint32_t, NodeMask> committed_;  // every view committed anywhere
-    std::map<uint32_t, uint64_t> bindings_;   // ... and its binding
+    std::map<uint32_t, NodeMask> committed_;                       // every view committed anywhere
+    std::map<uint32_t, uint64_t> bindings_;                        // ... and its binding
+    std::map<std::pair<uint32_t, uint16_t>, uint64_t> instances_;  // (epoch, id): instance
     int violations_ = 0;
 };
 
@@ -177,6 +204,8 @@ class Cluster {
         last_arrival_.assign(opt.nodes + 1, std::vector<int64_t>(opt.nodes + 1, 0));
         for (int i = 0; i < opt.nodes; i++) {
             nodes_[i].id = static_cast<uint16_t>(i + 1);
+            nodes_[i].slot = i + 1;
+            nodes_[i].location = nodes_[i].id;
             start(nodes_[i]);
         }
         check();
@@ -257,6 +286,15 @@ class Cluster {
         n.down = false;
         n.frozen = false;
         n.held.clear();
+        // The data directory's timing file (src/timing_file.cpp): the largest
+        // window in force when the old instance last wrote it.
+        if (n.shm) {
+            const MembershipShared* old = n.shm.get();
+            uint32_t told = old->advertised_timeout_ms;
+            if (static_cast<uint64_t>(now_ / 1000) < old->window_floor_until_ms)
+                told = std::max(told, old->window_floor_ms);
+            n.told_file_ms = told;
+        }
         n.shm.reset();
         n.last_epoch = 0;
         start(n);
@@ -268,9 +306,50 @@ class Cluster {
     void set_timeout(uint16_t id, int peer_timeout_ms) {
         SimNode& n = node(id);
         n.peer_timeout_ms = peer_timeout_ms;
-        n.m->set_timing(opt_.heartbeat_ms, peer_timeout_ms, now_);
+        n.m->set_timing(heartbeat_of(n), peer_timeout_ms, now_);
         note("node " + std::to_string(id) + " peer_timeout " + std::to_string(peer_timeout_ms) +
              " ms");
+    }
+    // A reload of both timing settings on one node.
+    void set_timing(uint16_t id, int heartbeat_ms, int peer_timeout_ms) {
+        SimNode& n = node(id);
+        n.heartbeat_ms = heartbeat_ms;
+        n.peer_timeout_ms = peer_timeout_ms;
+        n.m->set_timing(heartbeat_ms, peer_timeout_ms, now_);
+        n.next_heartbeat_us = std::min(n.next_heartbeat_us, now_ + heartbeat_ms * kMs);
+        note("node " + std::to_string(id) + " heartbeat_interval " + std::to_string(heartbeat_ms) +
+             " ms, peer_timeout " + std::to_string(peer_timeout_ms) + " ms");
+    }
+    int heartbeat_of(const SimNode& n) const {
+        return n.heartbeat_ms != 0 ? n.heartbeat_ms : opt_.heartbeat_ms;
+    }
+    // A second instance of node `id` (another shared memory, maybe another
+    // place), started now with `instance` (0: newer than every instance so
+    // far) at `location`. Its slot (for cut, freeze, crash, node, m, shm...)
+    // is returned. Frames of each instance pass the receiver's claim_verdict;
+    // a node pings the instance it admitted for the id (every instance of it
+    // while it admitted none of them).
+    int add_instance(uint16_t id, uint64_t instance, uint64_t location) {
+        SimNode n;
+        n.id = id;
+        n.slot = size() + 1;
+        n.location = location;
+        n.peer_timeout_ms = timeout_of(node(id));
+        n.heartbeat_ms = node(id).heartbeat_ms;
+        n.shm = std::make_unique<MembershipShared>();
+        Membership::init_shared(n.shm.get());
+        n.shm->self_instance = n.instance = instance != 0 ? instance : ++instances_;
+        nodes_.push_back(std::move(n));
+        for (auto& row : cut_) row.push_back(false);
+        cut_.emplace_back(size() + 1, false);
+        for (auto& row : last_arrival_) row.push_back(0);
+        last_arrival_.emplace_back(size() + 1, 0);
+        start(nodes_.back());
+        note("node " + std::to_string(id) + " instance " + std::to_string(nodes_.back().instance) +
+             " started at location " + std::to_string(location) + " (slot " +
+             std::to_string(nodes_.back().slot) + ")");
+        check();
+        return nodes_.back().slot;
     }
     int timeout_of(const SimNode& n) const {
         if (n.peer_timeout_ms != 0) return n.peer_timeout_ms;
@@ -377,19 +456,21 @@ class Cluster {
         if (!n.shm) {
             n.shm = std::make_unique<MembershipShared>();
             Membership::init_shared(n.shm.get());
+            n.shm->advertised_timeout_ms = n.told_file_ms;
             // Instances grow with time (older < newer), as the glue's do.
             n.shm->self_instance = n.instance = ++instances_;
         }
         MembershipConfig cfg;
         cfg.self = n.id;
         cfg.configured = configured_;
-        cfg.heartbeat_interval_ms = opt_.heartbeat_ms;
+        cfg.heartbeat_interval_ms = heartbeat_of(n);
         cfg.peer_timeout_ms = timeout_of(n);
         n.m = std::make_unique<Membership>(cfg, n.shm.get());
         n.m->set_unix_clock(sim_unix_clock);
+        n.m->note_start(now_);  // as the engine does when it is made
         n.incarnation++;
         n.next_timer_us =
-            now_ + std::uniform_int_distribution<int64_t>(0, opt_.heartbeat_ms * kMs)(rng_);
+            now_ + std::uniform_int_distribution<int64_t>(0, heartbeat_of(n) * kMs)(rng_);
         n.next_heartbeat_us = n.next_timer_us;
         collect_logs(n);
     }
@@ -438,12 +519,11 @@ class Cluster {
         } else {
             // Engine::run_timers: a tick every min(heartbeat, 100 ms), then
             // the heartbeats that are due.
-            timer->next_timer_us = now_ + std::min(opt_.heartbeat_ms, 100) * kMs;
+            timer->next_timer_us = now_ + std::min(heartbeat_of(*timer), 100) * kMs;
             membership_tick(*timer);
             if (now_ >= timer->next_heartbeat_us) {
-                timer->next_heartbeat_us = now_ + opt_.heartbeat_ms * kMs;
-                for (SimNode& peer : nodes_)
-                    if (peer.id != timer->id) send_ping(*timer, peer.id);
+                timer->next_heartbeat_us = now_ + timer->m->ping_interval_ms() * kMs;
+                ping_all(*timer);
             }
         }
         check();
@@ -457,29 +537,49 @@ class Cluster {
     }
 
     void send(Frame f) {
-        SimNode& to = node(f.to);
-        if (cut_[f.from][f.to] || to.down) return;
+        SimNode& to = node(static_cast<uint16_t>(f.to_slot));
+        if (cut_[f.from_slot][f.to_slot] || to.down) return;
         f.to_incarnation = to.incarnation;
         const int64_t delay =
             std::uniform_int_distribution<int64_t>(opt_.min_delay_us, opt_.max_delay_us)(rng_);
         // One TCP connection per pair: frames arrive in order.
-        int64_t& last = last_arrival_[f.from][f.to];
+        int64_t& last = last_arrival_[f.from_slot][f.to_slot];
         last = std::max(now_ + delay, last);
         push(last, Event{Event::Kind::Frame, f, nullptr});
     }
 
+    void ping_all(SimNode& n) {
+        for (uint16_t id = 1; id <= opt_.nodes; id++)
+            if (id != n.id) send_ping(n, id);
+    }
+
+    // To node `to`: its only instance, or the one `n` admitted, or (none of
+    // them admitted) each of them.
     void send_ping(SimNode& n, uint16_t to) {
-        Frame f;
-        f.from = n.id;
-        f.to = to;
-        f.ping_sent_us = now_;
-        f.from_instance = n.instance;
-        f.gossip = encoded(n.m->gossip());
-        send(f);
+        std::vector<int> slots;
+        for (const SimNode& k : nodes_)
+            if (k.id == to && k.instance == n.m->owner(to)) slots.push_back(k.slot);
+        if (slots.empty() || size() == opt_.nodes) {
+            slots.clear();
+            for (const SimNode& k : nodes_)
+                if (k.id == to) slots.push_back(k.slot);
+        }
+        for (int s : slots) {
+            Frame f;
+            f.from = n.id;
+            f.to = to;
+            f.from_slot = n.slot;
+            f.to_slot = s;
+            f.ping_sent_us = now_;
+            f.from_instance = n.instance;
+            f.from_location = n.location;
+            f.gossip = encoded(n.m->gossip());
+            send(f);
+        }
     }
 
     void deliver(const Frame& f) {
-        SimNode& n = node(f.to);
+        SimNode& n = node(static_cast<uint16_t>(f.to_slot));
         if (n.down || f.to_incarnation != n.incarnation) return;
         if (n.frozen) {
             n.held.push_back(f);
@@ -490,16 +590,32 @@ class Cluster {
             ADD_FAILURE() << "node " << f.to << " cannot decode gossip from node " << f.from;
             return;
         }
-        // Engine::admit: one instance per node id. The owner's lanes are down
-        // whenever another instance of its id exists here (a restart).
+        // Engine::admit: one instance per node id. The owner's lanes are up
+        // while it runs (or is stopped for less than a timeout: then the
+        // engine closes them), and no link between the two is cut (a
+        // restarted instance took its slot: then they are down).
         if (n.m->owner(f.from) != f.from_instance) {
             std::string why;
-            if (n.m->claim_verdict(f.from, f.from_instance, f.from, false, now_, &why) ==
-                ClaimVerdict::Refuse) {
+            bool lanes_up = false;
+            for (const SimNode& k : nodes_)
+                lanes_up = lanes_up ||
+                           (k.id == f.from && k.instance == n.m->owner(f.from) && !k.down &&
+                            !(k.frozen && now_ - k.frozen_at_us >= opt_.peer_timeout_ms * kMs) &&
+                            !cut_[k.slot][n.slot] && !cut_[n.slot][k.slot]);
+            if (n.m->claim_verdict(f.from, f.from_instance, f.from_location, lanes_up, now_,
+                                   &why) == ClaimVerdict::Refuse) {
                 refusals_++;
+                if (size() > opt_.nodes && refusal_noted_++ < 8)
+                    note("node " + std::to_string(n.id) + " (slot " + std::to_string(n.slot) +
+                         ") refuses: " + why);
                 return;
             }
-            n.m->set_owner(f.from, f.from_instance, f.from);
+            if (n.m->owner(f.from) != 0 && size() > opt_.nodes)
+                note("node " + std::to_string(n.id) + " (slot " + std::to_string(n.slot) +
+                     ") admits instance " + std::to_string(f.from_instance) + " for node " +
+                     std::to_string(f.from) + " instead of instance " +
+                     std::to_string(n.m->owner(f.from)));
+            n.m->set_owner(f.from, f.from_instance, f.from_location);
         }
         n.m->on_heard(f.from, now_);
         if (!f.pong) {
@@ -507,6 +623,9 @@ class Cluster {
             Frame r;
             r.from = n.id;
             r.to = f.from;
+            r.from_slot = n.slot;
+            r.to_slot = f.from_slot;
+            r.from_location = n.location;
             r.pong = true;
             r.ping_sent_us = f.ping_sent_us;
             r.from_instance = n.instance;
@@ -532,14 +651,14 @@ class Cluster {
         const bool changed = n.m->tick(now_);
         collect_logs(n);
         if (!changed) return;
-        for (SimNode& peer : nodes_)
-            if (peer.id != n.id) send_ping(n, peer.id);
+        ping_all(n);
     }
 
     void collect_logs(SimNode& n) {
         for (const std::string& line : n.m->take_logs())
-            note("node " + std::to_string(n.id) + " " + line + " [" +
-                 member_state_name(n.m->state()) + "]");
+            note("node " + std::to_string(n.id) +
+                 (n.slot != n.id ? " (slot " + std::to_string(n.slot) + ")" : std::string()) + " " +
+                 line + " [" + member_state_name(n.m->state()) + "]");
     }
 
     void note(const std::string& what) {
@@ -563,6 +682,7 @@ class Cluster {
     SafetyMonitor monitor_;
     std::deque<std::string> trace_;
     uint64_t instances_ = 0;
+    int refusal_noted_ = 0;
 
   public:
     uint64_t refusals_ = 0;  // frames of an instance refused by claim_verdict
@@ -1381,9 +1501,12 @@ TEST(MembershipClaims, AnInstanceFromTheOwnersDataDirectoryIsARestart) {
     // owner's own data directory: the owner is gone, admitted at once.
     EXPECT_EQ(f.claim(2, 60, false, kStartUs + 100 * kMs), ClaimVerdict::Refuse);
     std::string why;
-    EXPECT_EQ(f.m->claim_verdict(2, 60, 777, true, kStartUs + 100 * kMs, &why),
+    EXPECT_EQ(f.m->claim_verdict(2, 60, 777, false, kStartUs + 100 * kMs, &why),
               ClaimVerdict::Switch);
     EXPECT_EQ(f.m->claim_verdict(2, 60, 778, false, kStartUs + 100 * kMs, &why),
+              ClaimVerdict::Refuse);
+    // With a lane to the owner up, the same place proves nothing (a cloned machine).
+    EXPECT_EQ(f.m->claim_verdict(2, 60, 777, true, kStartUs + 100 * kMs, &why),
               ClaimVerdict::Refuse);
 }
 
@@ -1461,6 +1584,207 @@ TEST(MembershipGossip, MaskHelpers) {
     EXPECT_EQ(node_count(nodes_mask({1, 2, 5})), 3);
     EXPECT_EQ(mask_nodes(nodes_mask({5, 2})), (std::vector<uint16_t>{2, 5}));
     EXPECT_EQ(nodes_mask({0, 65}), 0u);
+}
+
+}  // namespace
+
+// ---- from an adversarial review: two instances of one id, timing across restarts
+
+namespace {
+
+// Node 2 is instance A (slot 2). 1 and 3 are cut off from each other, A from 3;
+// a second instance B of node 2, elsewhere, reaches only 3. 1 and A form a
+// majority of ids {1,2}; 3 and B would be another one, {2,3}: two views, two
+// leases. Node 3 does not vote for a view that rebinds node 2 with too few
+// other members (Membership::rebinding_allowed).
+TEST(MembershipSim, SecondInstanceBridgingAPartitionCommitsNoSecondView) {
+    for (uint64_t seed = 1; seed <= 3; seed++) {
+        SCOPED_TRACE("seed " + std::to_string(seed));
+        auto c = formed(3, seed);
+        c->cut_both(1, 3);
+        c->cut_both(2, 3);
+        const int b = c->add_instance(2, 0, 1002);
+        c->cut_both(b, 1);
+        c->cut_both(b, 2);
+        c->cut_both(b, 3);
+        c->run_for(2 * kSec);  // {1,2:A} committed; 3 fenced, A silent to it for a window
+        c->heal_both(b, 3);
+        c->run_for(3 * kSec);
+        EXPECT_EQ(c->monitor().violations(), 0) << c->dump();
+        if (c->monitor().violations() != 0) break;
+    }
+}
+
+}  // namespace
+
+namespace {
+
+// A copy of node 2 whose location is node 2's (a cloned VM, or a data
+// directory on shared storage started on a second host with the same host
+// name) starts while node 2 runs, connected to every node. The same place
+// proves the owner gone only while no lane to it is up: refused.
+TEST(MembershipSim, CopyAtTheOwnersLocationIsRefusedWhileTheOwnerIsConnected) {
+    for (uint64_t seed = 1; seed <= 3; seed++) {
+        SCOPED_TRACE("seed " + std::to_string(seed));
+        auto c = formed(3, seed);
+        c->run_for(500 * kMs);
+        c->add_instance(2, 0, 2);
+        c->run_for(3 * kSec);
+        EXPECT_EQ(c->monitor().violations(), 0) << c->dump();
+        if (c->monitor().violations() != 0) break;
+    }
+}
+
+}  // namespace
+
+namespace {
+
+// Node 2 lowers peer_timeout 3 s -> 1 s and raises it back later (the floor
+// it kept has run out, but window_floor_ms still says 3000). Its host process
+// then restarts with 1 s in the configuration, while node 3 holds a lease of
+// 2.25 s from node 2's last echo: node 2 must keep the 3 s it told. (At
+// 7f6fa79 the constructor kept the told value only if it exceeded the stale
+// window_floor_ms, so node 2 excluded by 1 s at once: fixed by 7c7d35c.)
+TEST(MembershipSim, HostProcessRestartWithALowerTimeoutAfterAnEarlierDecreaseKeepsTheToldWindow) {
+    for (uint64_t seed = 1; seed <= 3; seed++) {
+        SCOPED_TRACE("seed " + std::to_string(seed));
+        SimOptions o = sim(3, seed);
+        o.node_timeouts_ms = {1000, 3000, 3000};
+        auto c = formed(o);
+        c->set_timeout(2, 1000);
+        c->run_for(4 * kSec);  // the old window (3 s) has passed
+        c->set_timeout(2, 3000);
+        c->run_for(1 * kSec);  // node 2's pongs carry 3 s again: node 3's lease is 2.25 s
+        c->isolate(3);
+        c->node(2).peer_timeout_ms = 1000;  // the configuration file says 1 s now
+        c->restart_process(2);
+        c->run_for(3 * kSec);
+        EXPECT_EQ(c->monitor().violations(), 0) << c->dump();
+        if (c->monitor().violations() != 0) break;
+    }
+}
+
+// Node 2 restarts with new shared memory (same place) and a lower
+// peer_timeout: the new instance knows nothing of the 3 s its predecessor
+// told node 3, whose lease rests on that echo for 2.25 s; node 1 admits the
+// new instance at once (its location). The data directory's timing file
+// (src/timing_file.cpp) keeps the 3 s window for the new instance.
+TEST(MembershipSim, InstanceRestartWithALowerTimeoutKeepsTheWindowItsPredecessorTold) {
+    for (uint64_t seed = 1; seed <= 3; seed++) {
+        SCOPED_TRACE("seed " + std::to_string(seed));
+        SimOptions o = sim(3, seed);
+        o.node_timeouts_ms = {1000, 3000, 3000};
+        auto c = formed(o);
+        c->run_for(1 * kSec);
+        c->isolate(3);
+        c->node(2).peer_timeout_ms = 1000;
+        c->restart(2);
+        c->run_for(3 * kSec);
+        EXPECT_EQ(c->monitor().violations(), 0) << c->dump();
+        if (c->monitor().violations() != 0) break;
+    }
+}
+
+}  // namespace
+
+namespace {
+
+// A rolling reload of both timing settings, from the defaults (heartbeat 1 s,
+// peer_timeout 10 s) to heartbeat 100 ms, peer_timeout 1 s, and back. Each
+// step is a valid configuration (peer_timeout >= 2 x heartbeat), and
+// a rolling reload changes no view and fences no node. An echo is good for
+// 3/4 of the smaller timeout (750 ms) while a node that still has a 1 s
+// heartbeat would ping once a second: it pings at least three times a lease
+// instead (Membership::ping_interval_ms), or its lease would lapse between
+// two pings.
+void expect_timing_reload_fences_nobody(const std::vector<std::pair<int, int>>& steps, int hb0,
+                                        int to0) {
+    for (uint64_t seed = 1; seed <= 3; seed++) {
+        SCOPED_TRACE("seed " + std::to_string(seed));
+        auto c = formed(sim(3, seed, 100, 500, hb0, to0));
+        c->run_for(2 * kSec);
+        const View v = c->view(1);
+        for (const auto& [hb, to] : steps) {
+            for (uint16_t id = 1; id <= 3; id++) {
+                c->set_timing(id, hb, to);
+                c->run_for(10 * kSec);  // an operator's pace: a node every 10 s
+            }
+        }
+        for (uint16_t id = 1; id <= 3; id++)
+            EXPECT_FALSE(c->has_history(id, "fenced")) << "node " << id << "\n" << c->trace();
+        EXPECT_EQ(c->view(1), v);
+        EXPECT_EQ(c->monitor().violations(), 0);
+        if (::testing::Test::HasFailure()) break;
+    }
+}
+
+TEST(MembershipSim, RollingReloadOfBothTimingSettingsDownFencesNoNode) {
+    expect_timing_reload_fences_nobody({{100, 1000}}, 1000, 10000);
+}
+
+TEST(MembershipSim, RollingReloadOfBothTimingSettingsUpFencesNoNode) {
+    expect_timing_reload_fences_nobody({{1000, 10000}}, 100, 1000);
+}
+
+}  // namespace
+
+namespace {
+
+// A second instance of node 2 elsewhere, newer or older, connected to every
+// node while node 2 runs: every node refuses it (it echoed node 2 within its
+// window), no view changes, nobody fences. Then node 2 stops for good: the
+// others exclude it, admit the second instance, and bind it in a new epoch.
+TEST(MembershipSim, SecondInstanceElsewhereWaitsUntilTheOwnerIsExcluded) {
+    for (uint64_t instance : {uint64_t{0}, uint64_t{1}}) {  // newer, older than node 2's (2)
+        for (uint64_t seed = 1; seed <= 3; seed++) {
+            SCOPED_TRACE("seed " + std::to_string(seed) + " instance " + std::to_string(instance));
+            auto c = formed(3, seed);
+            const View v = c->view(1);
+            const int b = c->add_instance(2, instance, 1002);
+            c->run_for(3 * kSec);
+            EXPECT_EQ(c->view(1), v);
+            EXPECT_GT(c->refusals_, 0u);
+            for (uint16_t id : {1, 3}) EXPECT_EQ(c->m(id).owner(2), c->node(2).instance);
+            for (uint16_t id = 1; id <= 3; id++) EXPECT_FALSE(c->has_history(id, "fenced"));
+            c->crash(2);
+            ASSERT_TRUE(c->run_until(
+                [&] {
+                    return c->view(1).members == first_nodes(3) && c->view(1) == c->view(3) &&
+                           c->state(1) == MemberState::Member &&
+                           c->state(3) == MemberState::Member &&
+                           c->m(1).owner(2) == c->node(b).instance && c->view(1) == c->view(b) &&
+                           c->m(b).state() == MemberState::Member;
+                },
+                5 * kSec))
+                << c->trace() << c->dump();
+            EXPECT_EQ(c->monitor().violations(), 0);
+        }
+    }
+}
+
+// The replaced instance comes back (thawed after a long stop): it is refused
+// by every node that bound the other, and no lease or epoch overlaps.
+TEST(MembershipSim, ReplacedInstanceThawedIsRefusedByTheNodesThatBoundTheOther) {
+    for (uint64_t seed = 1; seed <= 3; seed++) {
+        SCOPED_TRACE("seed " + std::to_string(seed));
+        auto c = formed(3, seed);
+        c->freeze(2);
+        const int b = c->add_instance(2, 0, 1002);
+        ASSERT_TRUE(c->run_until(
+            [&] {
+                return c->m(1).owner(2) == c->node(b).instance &&
+                       c->m(3).owner(2) == c->node(b).instance &&
+                       c->m(b).state() == MemberState::Member && c->view(1) == c->view(b);
+            },
+            5 * kSec))
+            << c->trace() << c->dump();
+        c->thaw(2);
+        c->run_for(3 * kSec);
+        EXPECT_EQ(c->m(1).owner(2), c->node(b).instance);
+        EXPECT_EQ(c->m(3).owner(2), c->node(b).instance);
+        EXPECT_NE(c->m(2).state(), MemberState::Member);
+        EXPECT_EQ(c->monitor().violations(), 0);
+    }
 }
 
 }  // namespace
