@@ -526,7 +526,7 @@ sub odd_node_out
 	my $row3 = peer_row($n3, 1, qw(state config_mismatch config_refusals));
 	note("$label: node 3's row of node 1: state $row3->{state}, config_mismatch "
 		  . "'$row3->{config_mismatch}', config_refusals $row3->{config_refusals}");
-	like($row3->{config_mismatch} // '', qr/\b\Q$setting\E is .* here, .* on node 1/,
+	like($row3->{config_mismatch} // '', qr/\b\Q$setting\E is .* here \(node 3\), .* on node 1/,
 		"$label: node 3 shows node 1's config_mismatch naming $setting and both values");
 	my $tot = totals($n1);
 	cmp_ok($tot->{config_mismatch} // 0, '>', $totals0->{config_mismatch} // 0,
@@ -540,7 +540,7 @@ sub odd_node_out
 	  log_since($n1, $logpos->{1});
 	ok(@lines, "$label: node 1 logged node 3's refusal naming $setting")
 	  and note("$label: node 1 logged: $lines[0]");
-	@lines = grep { /refused connection from .*\b\Q$setting\E is .* here, .* on node [12]/ } split /\n/,
+	@lines = grep { /refused connection from .*\b\Q$setting\E is .* here \(node 3\), .* on node [12]/ } split /\n/,
 	  log_since($n3, $logpos->{3});
 	ok(@lines, "$label: node 3 logged its refusal naming $setting")
 	  and note("$label: node 3 logged: $lines[0]");
@@ -580,7 +580,7 @@ sub odd_node_out
 {
 	my $label = 'case 1 (lms_workers 2/2/1)';
 	my %pos = (1 => 0, 3 => 0);
-	odd_node_out($label, 'c1', 'lms_workers', 'lms_workers is 2 here, 1 on node 3', {}, \%pos);
+	odd_node_out($label, 'c1', 'lms_workers', 'lms_workers is 1 here (node 3), 2 on node 1', {}, \%pos);
 }
 
 # ------------------------------------------------------------------ case 2
@@ -598,7 +598,7 @@ sub odd_node_out
 	ok( poll_sql($n3,
 			"SELECT config_mismatch LIKE '%witness_nodes%' FROM pg_cluster_ic_peers WHERE node_id = 1", 20),
 		"$label: node 3 refuses node 1 naming witness_nodes");
-	odd_node_out($label, 'c2', 'witness_nodes', 'witness_nodes is {} here, {3} on node 3', $t0, \%pos);
+	odd_node_out($label, 'c2', 'witness_nodes', 'witness_nodes is {3} here (node 3), {} on node 1', $t0, \%pos);
 }
 
 # Nodes 1 and 2 take node 3's witness_nodes (a valid configuration: node 3 a
@@ -617,7 +617,7 @@ sub odd_node_out
 	for my $j (1, 2)
 	{
 		ok( poll_sql($n3,
-				"SELECT state = 'UP' AND config_mismatch = '' FROM pg_cluster_ic_peers WHERE node_id = $j", 30),
+				"SELECT state = 'UP' AND coalesce(config_mismatch, '') = '' FROM pg_cluster_ic_peers WHERE node_id = $j", 30),
 			"$label: node 3 admits node $j, and its row of node $j has no config_mismatch any more");
 	}
 	is(sql_value($n3, 'SELECT pg_postmaster_start_time()'), $start3, "$label: ... without node 3 restarting");

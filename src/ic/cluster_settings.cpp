@@ -43,24 +43,24 @@ uint64_t instance_location(const std::string& host, uint64_t dev, uint64_t ino) 
 }
 
 std::string settings_mismatch(const ClusterSettings& here, const ClusterSettings& there,
-                              uint16_t peer_node) {
+                              uint16_t self_node, uint16_t peer_node) {
     const std::string on = " on node " + std::to_string(peer_node);
+    const std::string me = " here (node " + std::to_string(self_node) + "), ";
     std::string out;
     auto add = [&](const std::string& what) { out += (out.empty() ? "" : "; ") + what; };
     if (here.lms_workers != there.lms_workers)
-        add("lms_workers is " + std::to_string(here.lms_workers) + " here, " +
+        add("lms_workers is " + std::to_string(here.lms_workers) + me +
             std::to_string(there.lms_workers) + on);
     if (here.witnesses != there.witnesses)
-        add("witness_nodes is " + mask_text(here.witnesses) + " here, " +
-            mask_text(there.witnesses) + on);
+        add("witness_nodes is " + mask_text(here.witnesses) + me + mask_text(there.witnesses) + on);
     if (here.tcp_paths != there.tcp_paths)
-        add("tcp_paths is " + std::to_string(here.tcp_paths) + " here, " +
+        add("tcp_paths is " + std::to_string(here.tcp_paths) + me +
             std::to_string(there.tcp_paths) + on);
     if (here.nodes_digest != there.nodes_digest) {
         char a[20], b[20];
         std::snprintf(a, sizeof a, "%016llx", static_cast<unsigned long long>(here.nodes_digest));
         std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(there.nodes_digest));
-        add(std::string("nodes differs (digest ") + a + " here, " + b + on + ")");
+        add(std::string("nodes differs (digest ") + a + me + b + on + ")");
     }
     return out;
 }

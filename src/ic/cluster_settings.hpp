@@ -49,8 +49,10 @@ uint64_t cluster_nodes_digest(const std::vector<NodeAddress>& nodes);
 uint64_t instance_location(const std::string& host, uint64_t dev, uint64_t ino);
 
 // Empty when the two sets agree; else every difference, e.g.
-// "lms_workers is 1 here, 2 on node 3; witness_nodes is {} here, {2} on node 3".
+// "lms_workers is 1 here (node 1), 2 on node 3; witness_nodes is {} here
+// (node 1), {2} on node 3": the same words make sense on both nodes (the
+// refused one reads them in the Reject).
 std::string settings_mismatch(const ClusterSettings& here, const ClusterSettings& there,
-                              uint16_t peer_node);
+                              uint16_t self_node, uint16_t peer_node);
 
 }  // namespace pgrac::ic

@@ -655,9 +655,11 @@ RejectReason Engine::admit(uint16_t node_id, uint64_t incarnation, uint64_t inst
 
 // A refusal for settings that differ, either way, is kept on the peer's row
 // of pg_cluster_ic_peers (config_mismatch, config_refusals) until a handshake
-// with it succeeds.
+// with it succeeds: ours once the peer proved the key, or the peer's Reject
+// (its detail names the settings, in words that hold on both sides).
 void Engine::note_config_refusal(const Handshake& hs) {
-    if (hs.reject_reason() != RejectReason::ConfigMismatch || !hs.peer_authenticated()) return;
+    if (hs.reject_reason() != RejectReason::ConfigMismatch) return;
+    if (!hs.peer_authenticated() && !hs.rejected_by_peer()) return;
     Peer* p = peer_by_node(hs.claimed_node());
     if (p == nullptr) return;
     count(&p->shm->config_refusals);

@@ -564,7 +564,7 @@ bool Handshake::admit_peer(uint16_t node, uint32_t max_message, const ClusterSet
              out);
         return false;
     }
-    const std::string differs = settings_mismatch(local_.settings, settings, node);
+    const std::string differs = settings_mismatch(local_.settings, settings, local_.node_id, node);
     if (!differs.empty()) {
         fail(RejectReason::ConfigMismatch, differs + ": every node must have the same values", out);
         return false;

@@ -272,10 +272,19 @@ void Membership::set_timing(int heartbeat_interval_ms, int peer_timeout_ms, int6
     // A peer may hold a lease from our echo given under the old window (its
     // lease is 3/4 of the smaller of its timeout and the one our pong carried):
     // a shorter window takes effect once the old one has passed.
-    const int64_t old_window = window_us(now_us);
-    if (peer_timeout_ms * int64_t{1000} < old_window) {
-        store_relaxed(&shm_->window_floor_ms, static_cast<uint32_t>(old_window / 1000));
-        store_relaxed(&shm_->window_floor_until_ms, to_lease_ms(now_us + old_window));
+    // A floor already in force keeps its own end; the value just given up
+    // needs one old value from now. One slot holds both: the larger value
+    // until the later end (longer is always safe).
+    if (peer_timeout_ms < cfg_.peer_timeout_ms) {
+        const uint64_t now_ms = to_lease_ms(now_us);
+        const uint64_t until = load_relaxed(&shm_->window_floor_until_ms);
+        const bool active = now_ms < until;
+        const uint32_t old_value = static_cast<uint32_t>(cfg_.peer_timeout_ms);
+        store_relaxed(
+            &shm_->window_floor_ms,
+            active ? std::max(old_value, load_relaxed(&shm_->window_floor_ms)) : old_value);
+        store_relaxed(&shm_->window_floor_until_ms,
+                      std::max(active ? until : 0, now_ms + old_value));
     }
     cfg_.heartbeat_interval_ms = heartbeat_interval_ms;
     cfg_.peer_timeout_ms = peer_timeout_ms;
@@ -618,7 +627,19 @@ bool Membership::try_accept(const View& v, const uint64_t* instances, uint16_t p
     if (v.epoch <= acc.epoch) return false;
     if (!has_node(v.members, cfg_.self) || !has_node(v.members, proposer)) return false;
     if ((v.members & ~cfg_.configured) != 0 || node_count(v.members) < majority()) return false;
-    if ((reachable(now_us) & ~v.members) != 0) return false;  // it leaves out a node we hear
+    // It leaves out no node we hear, counting only the instance our vote binds
+    // where our vote has the id (a node we have not met counts as heard: our
+    // predecessor may have echoed it): another instance we admitted meanwhile never
+    // had our echo (echo_for), and the bound one was silent here for a window
+    // before we let the other in (claim_verdict), so leaving the id out lets
+    // no lease outlive the view. (Else a second instance that reaches only
+    // some nodes would keep a dead member in the view for as long as it stays.)
+    NodeMask heard = reachable(now_us);
+    for (uint16_t id : mask_nodes(heard & acc.members))
+        if (id != cfg_.self && owner(id) != 0 &&
+            load_relaxed(&shm_->accepted_binding[id - 1]) != owner(id))
+            heard &= ~node_bit(id);
+    if ((heard & ~v.members) != 0) return false;
     if (v.binding != view_binding(v.members, instances)) return false;
     for (uint16_t id : mask_nodes(v.members)) {
         const uint64_t mine = owner(id);

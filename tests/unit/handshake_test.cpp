@@ -478,13 +478,14 @@ TEST(Handshake, SettingsThatDifferAreRefusedByName) {
     EXPECT_TRUE(d.failed());
     EXPECT_EQ(a.reject_reason(), RejectReason::ConfigMismatch);
     EXPECT_EQ(d.reject_reason(), RejectReason::ConfigMismatch);
-    EXPECT_NE(a.error_text().find("lms_workers is 2 here, 1 on node 1"), std::string::npos)
+    EXPECT_NE(a.error_text().find("lms_workers is 2 here (node 2), 1 on node 1"), std::string::npos)
         << a.error_text();
-    EXPECT_NE(a.error_text().find("witness_nodes is {3} here, {} on node 1"), std::string::npos)
+    EXPECT_NE(a.error_text().find("witness_nodes is {3} here (node 2), {} on node 1"),
+              std::string::npos)
         << a.error_text();
     // The dialer learns why (it proved the key).
     EXPECT_NE(d.error_text().find("config_mismatch"), std::string::npos) << d.error_text();
-    EXPECT_NE(d.error_text().find("lms_workers is 2 here, 1 on node 1"), std::string::npos)
+    EXPECT_NE(d.error_text().find("lms_workers is 2 here (node 2), 1 on node 1"), std::string::npos)
         << d.error_text();
     EXPECT_TRUE(c.acceptor_policy.admitted.empty());
     // The node lists differ: named by their digests.
@@ -493,7 +494,7 @@ TEST(Handshake, SettingsThatDifferAreRefusedByName) {
     Handshake d2 = c.dialer(), a2 = c.acceptor();
     run(d2, a2);
     EXPECT_EQ(a2.reject_reason(), RejectReason::ConfigMismatch);
-    EXPECT_NE(a2.error_text().find("nodes differs (digest 0000000000000abc here, "
+    EXPECT_NE(a2.error_text().find("nodes differs (digest 0000000000000abc here (node 2), "
                                    "0000000000000def on node 1)"),
               std::string::npos)
         << a2.error_text();

@@ -1788,3 +1788,29 @@ TEST(MembershipSim, ReplacedInstanceThawedIsRefusedByTheNodesThatBoundTheOther) 
 }
 
 }  // namespace
+
+namespace {
+
+// A second instance of node 2 that says it is older (instance 1) reaches only
+// node 3, and the real node 2 freezes. Node 3 may admit the claimant (older,
+// connected), but that instance is not the one its vote binds: it neither
+// keeps the frozen member in the view nor blocks the view of nodes 1 and 3.
+TEST(MembershipSim, AnOlderClaimantReachingOneNodeKeepsNoFrozenMemberInTheView) {
+    for (uint64_t seed = 1; seed <= 5; seed++) {
+        SCOPED_TRACE("seed " + std::to_string(seed));
+        auto c = formed(3, seed);
+        const int b = c->add_instance(2, 1, 9002);
+        c->cut_both(static_cast<uint16_t>(b), 1);
+        c->cut_both(static_cast<uint16_t>(b), 2);
+        c->freeze(2);
+        ASSERT_TRUE(c->run_until(
+            [&] {
+                return c->converged(nodes_mask({1, 3}));
+            },
+            4 * kSec))
+            << c->trace() << c->dump();
+        EXPECT_EQ(c->monitor().violations(), 0);
+    }
+}
+
+}  // namespace
