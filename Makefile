@@ -5,7 +5,8 @@ EXTENSION = pgrac_ic
 MODULE_big = pgrac_ic
 EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" pgrac_ic.control)
 
-GLUE_SRCS = $(wildcard src/*.cpp src/capi/*.cpp src/lms/*.cpp src/views/*.cpp)
+GLUE_DIRS = src src/instance src/listener src/lms src/capi src/capi/ges src/views
+GLUE_SRCS = $(foreach d,$(GLUE_DIRS),$(wildcard $(d)/*.cpp))
 OBJS = $(GLUE_SRCS:.cpp=.o)
 DATA = $(wildcard sql/pgrac_ic--*.sql)
 
@@ -41,7 +42,7 @@ CMAKE_BUILD_TYPE ?= RelWithDebInfo
 # -DPGRAC_BUILD_BENCH=OFF (debian/rules): it needs neither GoogleTest nor
 # Google Benchmark to build.
 PGRAC_CMAKE_FLAGS ?=
-$(OBJS): $(wildcard src/*.hpp src/capi/*.hpp src/lms/*.hpp src/views/*.hpp src/ic/*.hpp src/tiers/*.hpp include/pgrac_ic/*.h)
+$(OBJS): $(foreach d,$(GLUE_DIRS) src/ic/* src/tiers src/tiers/*,$(wildcard $(d)/*.hpp)) include/pgrac_ic/pgrac_ic.h
 $(shlib): $(CORE_LIB)
 $(CORE_LIB) $(CTL_BIN): core
 .PHONY: core

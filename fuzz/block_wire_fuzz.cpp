@@ -1,4 +1,4 @@
-// libFuzzer target: Cache Fusion's wire records (src/ic/block_wire.hpp) from
+// libFuzzer target: Cache Fusion's wire records (src/ic/wire/block_wire.hpp) from
 // arbitrary bytes. Byte 0 picks the record; the rest is decoded as it. What
 // decodes must encode back to exactly the same bytes (one field list, no slack
 // in the format); what does not must leave a reason and never read past the input.
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "ic/block_wire.hpp"
+#include "ic/wire/block_wire.hpp"
 
 namespace {
 

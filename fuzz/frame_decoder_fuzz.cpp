@@ -11,7 +11,7 @@
 #include <cstring>
 #include <vector>
 
-#include "ic/frame.hpp"
+#include "ic/wire/frame.hpp"
 
 using namespace pgrac::ic;
 

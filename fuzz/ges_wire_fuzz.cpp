@@ -1,6 +1,6 @@
 // libFuzzer target: arbitrary bytes, as peers and backends could send them,
 // fed to the real GES worker of node 1 in a 3-node cluster of real workers in
-// memory (tests/unit/ges_worker_support.hpp: each worker over a fake host,
+// memory (tests/unit/ges/worker_support.hpp: each worker over a fake host,
 // messages routed between them as the interconnect would).
 //
 // Input: records of  u8 op | u16 length (little-endian) | body.
@@ -26,7 +26,7 @@
 #include <utility>
 #include <vector>
 
-#include "ges_worker_support.hpp"
+#include "ges/worker_support.hpp"
 
 using namespace pgrac::ic;
 using namespace pgrac::ic::ges;

@@ -1,5 +1,5 @@
 // libFuzzer target: the membership gossip a heartbeat carries
-// (src/ic/membership.hpp) from arbitrary bytes. Byte 0 picks the configured
+// (src/ic/membership/membership.hpp) from arbitrary bytes. Byte 0 picks the configured
 // nodes (1 to 64 of them); the rest is decoded. What decodes must encode back
 // to exactly the same bytes and a view's binding must match its instances;
 // what does not must never read past the input.
@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 
-#include "ic/membership.hpp"
+#include "ic/membership/membership.hpp"
 
 using namespace pgrac::ic;
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "ic/handshake.hpp"
+#include "ic/session/handshake.hpp"
 
 namespace {
 

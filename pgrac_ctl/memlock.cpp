@@ -8,8 +8,8 @@
 #include <cstdio>
 #include <sstream>
 
-#include "tiers/sysfs_util.hpp"
-#include "tiers/verbs_transport.hpp"
+#include "tiers/detect/sysfs_util.hpp"
+#include "tiers/verbs/transport.hpp"
 
 namespace pgrac::ctl {
 namespace {

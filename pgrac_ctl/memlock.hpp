@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "tiers/rdma_checks.hpp"
+#include "tiers/detect/rdma_checks.hpp"
 
 namespace pgrac::ctl {
 

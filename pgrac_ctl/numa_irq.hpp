@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "tiers/rdma_detect.hpp"
+#include "tiers/detect/rdma_detect.hpp"
 
 namespace pgrac::ctl {
 

@@ -5,7 +5,7 @@
 #include <map>
 
 #include "table.hpp"
-#include "tiers/rdma_live.hpp"
+#include "tiers/detect/rdma_live.hpp"
 
 namespace pgrac::ctl {
 namespace {

@@ -11,7 +11,7 @@
 
 #include "loopback.hpp"
 #include "memlock.hpp"
-#include "tiers/rdma_checks.hpp"
+#include "tiers/detect/rdma_checks.hpp"
 
 namespace pgrac::ctl {
 

@@ -12,13 +12,15 @@ PG_MODULE_MAGIC;
 void _PG_init(void);
 }
 
-#include "ges_shmem.hpp"
-#include "guc.hpp"
+#include "instance/ges_shmem.hpp"
+#include "instance/guc.hpp"
 #include "lms/block_service.hpp"
 #include "lms/ges_service.hpp"
-#include "lms/handler_registry.hpp"
-#include "shmem.hpp"
-#include "tier_startup.hpp"
+#include "capi/handler_registry.hpp"
+#include "capi/requester_path.hpp"
+#include "instance/verbs_glue.hpp"
+#include "instance/shmem.hpp"
+#include "instance/tier_startup.hpp"
 
 namespace {
 
@@ -49,9 +51,10 @@ void _PG_init(void) {
     pgrac::glue::define_settings();
     pgrac::glue::check_settings_together();
     pgrac::glue::select_tier();
+    pgrac::glue::install_lane_transport_factory(&pgrac::glue::make_verbs_lane_transport);
     pgrac::glue::register_builtin_handlers();
     pgrac::glue::install_shmem_hooks();
-    pgrac::glue::install_ges_shmem();        // GES wait slots (src/ges_shmem.cpp)
+    pgrac::glue::install_ges_shmem();        // GES wait slots (src/instance/ges_shmem.cpp)
     pgrac::glue::register_ges_handlers();    // GES in the LMS (src/lms/ges_service.cpp)
     pgrac::glue::register_block_handlers();  // Cache Fusion (src/lms/block_service.cpp)
 

@@ -5,8 +5,8 @@
 #include <cstring>
 #include <vector>
 
-#include "ic/crc32c.hpp"
-#include "ic/frame.hpp"
+#include "ic/wire/crc32c.hpp"
+#include "ic/wire/frame.hpp"
 
 using namespace pgrac::ic;
 

@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "ic/frame_guard.hpp"
+#include "ic/wire/frame_guard.hpp"
 
 using namespace pgrac::ic;
 

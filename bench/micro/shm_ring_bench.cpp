@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "ic/shm_ring.hpp"
+#include "ic/shm/shm_ring.hpp"
 
 using pgrac::ic::ShmRing;
 

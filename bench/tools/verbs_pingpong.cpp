@@ -22,9 +22,9 @@
 #include <string>
 #include <vector>
 
-#include "ic/frame.hpp"
+#include "ic/wire/frame.hpp"
 #include "latency_stats.hpp"
-#include "tiers/verbs_transport.hpp"
+#include "tiers/verbs/transport.hpp"
 
 using namespace pgrac;
 using namespace pgrac::tiers;

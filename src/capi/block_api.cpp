@@ -10,7 +10,7 @@ extern "C" {
 
 #include "capi/block_fetch.hpp"
 #include "capi/block_request.hpp"
-#include "send_path.hpp"
+#include "capi/send_path.hpp"
 
 using namespace pgrac::glue;
 

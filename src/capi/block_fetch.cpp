@@ -8,7 +8,7 @@ extern "C" {
 
 #include "capi/block_fetch.hpp"
 #include "capi/errors.hpp"
-#include "lms/ges_service.hpp"
+#include "ic/wire/message_types.hpp"
 
 namespace pgrac::glue {
 
@@ -36,7 +36,7 @@ uint8_t* block_fetch_rpc(int node, const BlockRequest& rq, uint32_t* nblocks, ui
     uint32_t len = 0;
     // Room for what was asked (reply space comes from a shared pool).
     const uint32_t cap = kBlockReplyHeader + rq.count * (kBlockEntryHeader + kBlockSize);
-    const int rc = pgrac_ic_rpc(node, kMsgBlockFetch, block_route_key(rq), req, sizeof req, buf,
+    const int rc = pgrac_ic_rpc(node, ic::kMsgBlockFetch, block_route_key(rq), req, sizeof req, buf,
                                 Min(cap, PGRAC_IC_MAX_MESSAGE), &len, 0, -1);
     if (rc != PGRAC_IC_OK) raise_status(rc, node, "block fetch", buf, len);
     BlockReplyHeader h;

@@ -1,11 +1,11 @@
 // Fetching page images from another instance's buffer pool through the
 // interconnect (src/lms/block_service.cpp serves them, wire format in
-// src/lms/block_service.hpp). Every function here may raise an error.
+// src/ic/wire/block_wire.hpp). Every function here may raise an error.
 #pragma once
 
 #include <cstdint>
 
-#include "lms/block_service.hpp"
+#include "capi/block_request.hpp"
 
 namespace pgrac::glue {
 

@@ -1,13 +1,26 @@
 // What to fetch from another instance's buffer pool: a BlockRequest
-// (src/lms/block_service.hpp) naming the relation and its storage, built by
+// (src/ic/wire/block_wire.hpp) naming the relation and its storage, built by
 // the local catalog and checked against the caller's privileges.
 #pragma once
 
 #include <cstdint>
 
-#include "lms/block_service.hpp"
+#include "ic/wire/block_wire.hpp"
 
 namespace pgrac::glue {
+
+// The block wire format (ic/wire/block_wire.hpp), under the names the glue uses.
+using ic::block_route_key;
+using ic::BlockEntryHeader;
+using ic::BlockReplyHeader;
+using ic::BlockRequest;
+using ic::encode_block_request;
+using ic::entry_header;
+using ic::kBlockEntryHeader;
+using ic::kBlockReplyHeader;
+using ic::kBlockRequestSize;
+using ic::kBlockSize;
+using ic::kMaxBlocksPerReply;
 
 // Block `first` of fork `forkname` of relation `relid`, which the caller must
 // be allowed to read whole (SELECT; refused where row-level security applies);

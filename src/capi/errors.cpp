@@ -2,10 +2,10 @@ extern "C" {
 #include "postgres.h"
 }
 
-#include "guc.hpp"
-#include "ic/atomics.hpp"
-#include "send_path.hpp"
-#include "shmem.hpp"
+#include "instance/guc.hpp"
+#include "ic/base/atomics.hpp"
+#include "capi/send_path.hpp"
+#include "instance/shmem.hpp"
 #include "capi/errors.hpp"
 
 using namespace pgrac::ic;

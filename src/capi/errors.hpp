@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "ic/shared_state.hpp"
+#include "ic/shm/shared_state.hpp"
 
 namespace pgrac::glue {
 

@@ -1,14 +1,14 @@
 // pgrac_ic_register_handler[_flags] (include/pgrac_ic/pgrac_ic.h): an upper
 // layer's handler for its message type, registered from _PG_init of a
 // preloaded library so that the listener and every LMS worker inherit it (the
-// table: src/lms/handler_registry.hpp).
+// table: src/capi/handler_registry.hpp).
 extern "C" {
 #include "postgres.h"
 
 #include "miscadmin.h"
 }
 
-#include "lms/handler_registry.hpp"
+#include "capi/handler_registry.hpp"
 
 extern "C" int pgrac_ic_register_handler(uint16_t msg_type, const char* name,
                                          pgrac_ic_handler_fn fn) {

@@ -18,18 +18,15 @@ extern "C" {
 #include <vector>
 
 #include "capi/requester_path.hpp"
-#include "guc.hpp"
-#include "ic/atomics.hpp"
-#include "ic/handshake.hpp"
-#include "ic/requester_lane.hpp"
-#include "ic/transport_lane.hpp"
-#include "pg_boundary.hpp"
+#include "instance/guc.hpp"
+#include "ic/base/atomics.hpp"
+#include "ic/session/handshake.hpp"
+#include "ic/engine/requester_lane.hpp"
+#include "ic/engine/transport_lane.hpp"
+#include "instance/pg_boundary.hpp"
 #include "pgrac_ic/pgrac_ic.h"
-#include "shmem.hpp"
-#include "tier_startup.hpp"
+#include "instance/shmem.hpp"
 #include "tiers/tier.hpp"
-#include "tiers/verbs_transport.hpp"
-#include "verbs_glue.hpp"
 
 using namespace pgrac::ic;
 
@@ -142,6 +139,8 @@ bool have_key() noexcept {
     return g_key != nullptr;
 }
 
+LaneTransportFactory g_lane_transport = nullptr;  // install_lane_transport_factory
+
 uint64_t now_ns() {
     return monotonic_ns();
 }
@@ -155,27 +154,6 @@ bool on_verbs(IcShared* shm) {
     return is_verbs(load_acquire(&shm->tier_active));
 }
 
-// A verbs lane's own transport: the listener's device and port, and as little
-// as one RPC at a time needs (a few slots of normal pages, a small CQ, no
-// XRC), so that a backend pins well under a megabyte per peer.
-std::unique_ptr<tiers::Transport> make_lane_transport(tiers::TransportHandler& h,
-                                                      uint64_t deadline_ns, std::string* error) {
-    tiers::VerbsOptions o = verbs_options(decided_device(), decided_port());
-    o.cq_depth = 16;
-    o.use_xrc = tiers::XrcMode::kOff;
-    o.hugepage_size = 0;
-    o.numa_bind = false;
-    o.send_slots = 2;
-    o.recv_slots = 4;
-    o.qp_send_depth = 4;
-    o.mr_cache_entries = 1;
-    o.zero_copy_min = 0;
-    const uint64_t now = now_ns();
-    o.connect_timeout_ms = static_cast<int>(
-        std::max<uint64_t>(1, deadline_ns > now ? (deadline_ns - now) / 1000000 : 1));
-    return tiers::make_verbs_transport(h, o, error);
-}
-
 std::unique_ptr<RequesterLaneBase> make_lane(IcShared* shm, int node, const NodeAddress& addr,
                                              uint64_t deadline_ns) {
     if (!on_verbs(shm))
@@ -183,12 +161,24 @@ std::unique_ptr<RequesterLaneBase> make_lane(IcShared* shm, int node, const Node
                                                addr.host, addr.port);
     return std::make_unique<TransportRequesterLane>(
         identity(shm), static_cast<uint16_t>(node), addr.host, addr.port,
-        [deadline_ns](tiers::TransportHandler& h, std::string* error) {
-            return make_lane_transport(h, deadline_ns, error);
+        [deadline_ns](ic::TransportHandler& h, std::string* error) {
+            std::unique_ptr<ic::Transport> t;
+            if (g_lane_transport == nullptr) {
+                *error = "no lane transport factory is installed";
+                return t;
+            }
+            const uint64_t now = now_ns();
+            const int timeout_ms = static_cast<int>(
+                std::max<uint64_t>(1, deadline_ns > now ? (deadline_ns - now) / 1000000 : 1));
+            return g_lane_transport(h, timeout_ms, error);
         });
 }
 
 }  // namespace
+
+void install_lane_transport_factory(LaneTransportFactory make) {
+    g_lane_transport = make;
+}
 
 bool requester_lane_usable(IcShared* shm, int node) noexcept {
     if (!pgrac_requester_lanes || node == pgrac_node_id || node < 1 || node > kMaxNodes)

@@ -1,15 +1,28 @@
 // Requester lanes, the backend's side: pgrac_ic_rpc() to another node goes
 // over a connection of this process's own to that node's listener (a TCP
-// socket, ic/requester_lane.hpp; on the verbs tiers a queue pair,
-// ic/transport_lane.hpp) when it may, and through the listeners otherwise.
+// socket, ic/engine/requester_lane.hpp; on the verbs tiers a queue pair,
+// ic/engine/transport_lane.hpp) when it may, and through the listeners otherwise.
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <string>
 
-#include "ic/frame.hpp"
-#include "ic/shared_state.hpp"
+#include "ic/wire/frame.hpp"
+#include "ic/shm/shared_state.hpp"
+#include "ic/transport/transport.hpp"
 
 namespace pgrac::glue {
+
+// LaneTransportFactory makes a verbs lane's own transport (a queue pair of
+// this process's, to the listener's device), connecting within
+// connect_timeout_ms; nullptr with *error set if it cannot. The module
+// installs one at start (_PG_init: instance/verbs_glue.hpp), so that the C
+// API never builds a transport itself; every process inherits it.
+using LaneTransportFactory = std::unique_ptr<ic::Transport> (*)(ic::TransportHandler& h,
+                                                                int connect_timeout_ms,
+                                                                std::string* error);
+void install_lane_transport_factory(LaneTransportFactory make);
 
 // What requester_rpc() reports besides the RPC's status.
 struct RequesterOutcome {

@@ -1,6 +1,6 @@
 // pgrac_ic_rpc (include/pgrac_ic/pgrac_ic.h): a request and its reply, for
 // backends and workers. The caller's reply slot is armed, reply pool space
-// reserved, the request queued (src/send_path.hpp), and the reply waited for
+// reserved, the request queued (src/capi/send_path.hpp), and the reply waited for
 // by polling, then on the latch, up to the timeout. Written without C++
 // objects that have destructors: CHECK_FOR_INTERRUPTS() may longjmp out of
 // the wait loops.
@@ -22,12 +22,12 @@ extern "C" {
 
 #include <cstring>
 
-#include "guc.hpp"
-#include "ic/adaptive_spin.hpp"
-#include "ic/atomics.hpp"
+#include "instance/guc.hpp"
+#include "ic/base/adaptive_spin.hpp"
+#include "ic/base/atomics.hpp"
 #include "capi/requester_path.hpp"
-#include "send_path.hpp"
-#include "shmem.hpp"
+#include "capi/send_path.hpp"
+#include "instance/shmem.hpp"
 
 using namespace pgrac::ic;
 

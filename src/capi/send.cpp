@@ -1,14 +1,14 @@
 // One-way messages of the C API (include/pgrac_ic/pgrac_ic.h): pgrac_ic_send
 // to one node and pgrac_ic_broadcast to every other configured node, both
-// through the outbound ring (src/send_path.hpp); and pgrac_ic_my_node_id.
+// through the outbound ring (src/capi/send_path.hpp); and pgrac_ic_my_node_id.
 extern "C" {
 #include "postgres.h"
 }
 
-#include "guc.hpp"
-#include "ic/atomics.hpp"
-#include "send_path.hpp"
-#include "shmem.hpp"
+#include "instance/guc.hpp"
+#include "ic/base/atomics.hpp"
+#include "capi/send_path.hpp"
+#include "instance/shmem.hpp"
 
 using namespace pgrac::ic;
 

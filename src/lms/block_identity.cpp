@@ -29,7 +29,8 @@ extern "C" {
 
 #include <cstring>
 
-#include "guc.hpp"
+#include "instance/guc.hpp"
+#include "capi/handler_registry.hpp"
 #include "lms/block_identity.hpp"
 #include "lms/kept_files.hpp"
 #include "lms/request_server.hpp"

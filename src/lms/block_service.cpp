@@ -28,10 +28,10 @@ extern "C" {
 
 #include <cstring>
 
-#include "guc.hpp"
+#include "instance/guc.hpp"
 #include "lms/block_identity.hpp"
 #include "lms/block_service.hpp"
-#include "lms/handler_registry.hpp"
+#include "capi/handler_registry.hpp"
 #include "lms/held_db_lock.hpp"
 #include "lms/kept_files.hpp"
 #include "lms/request_server.hpp"

@@ -1,4 +1,4 @@
-// The GES glue in an LMS worker: the host of the worker (ic/ges_worker.hpp:
+// The GES glue in an LMS worker: the host of the worker (ic/ges/worker.hpp:
 // the master side of this worker's shard and the client side of this node's
 // locks in it) over shared memory and the interconnect, the handlers of the
 // GES message types, and the worker's start and tick. One Worker object per
@@ -8,7 +8,7 @@
 // guarded() and only then send (pgrac_ic_send may wait and check for
 // interrupts) and log, from globals, with no C++ object live on the stack.
 // The host only queues messages and log lines in those globals and touches
-// shared memory through ic/atomics.hpp: it neither raises nor sends.
+// shared memory through ic/base/atomics.hpp: it neither raises nor sends.
 extern "C" {
 #include "postgres.h"
 
@@ -18,15 +18,15 @@ extern "C" {
 #include <string>
 #include <vector>
 
-#include "ges_shmem.hpp"
-#include "guc.hpp"
-#include "ic/atomics.hpp"
-#include "ic/ges_worker.hpp"
+#include "instance/ges_shmem.hpp"
+#include "instance/guc.hpp"
+#include "ic/base/atomics.hpp"
+#include "ic/ges/worker.hpp"
 #include "lms/ges_service.hpp"
-#include "lms/handler_registry.hpp"
-#include "pg_boundary.hpp"
+#include "capi/handler_registry.hpp"
+#include "instance/pg_boundary.hpp"
 #include "pgrac_ic/pgrac_ic.h"
-#include "shmem.hpp"
+#include "instance/shmem.hpp"
 
 namespace pgrac::glue {
 
@@ -65,7 +65,7 @@ class LmsHost final : public WorkerHost {
         g_out.push_back({node, type, route_key, std::move(body)});
     }
 
-    // The lease clock (ic/membership.hpp): what lease words are compared with.
+    // The lease clock (ic/membership/membership.hpp): what lease words are compared with.
     uint64_t lease_clock_ms() override { return lease_now_ms(&shared()->membership); }
     bool fence_if_lapsed(uint64_t now_ms) override {
         return pgrac::ic::fence_if_lapsed(&shared()->membership, now_ms);

@@ -6,20 +6,17 @@
 
 #include <cstdint>
 
+#include "ic/wire/message_types.hpp"
+
 namespace pgrac::glue {
 
-// Interconnect message types (one-way unless noted), in pgrac_ic's own range
-// (below PGRAC_IC_FIRST_USER_TYPE), so they never collide with an upper layer's. Bodies are the GES
-// wire format (src/ic/ges_wire.hpp); route_key = ges::route_key_for(resource), or the LMS worker
-// index for resource-less messages (ReleaseAll, Replay). kMsgGesDeadlock carries the cluster-wide
-// deadlock search: WaitHint and Edges to the coordinator's LMS 0 (route_key 0), EdgesRequest to LMS
-// w (route_key w).
-inline constexpr uint16_t kMsgGesClient = 16;    // backend -> its own node's LMS
-inline constexpr uint16_t kMsgGesMaster = 17;    // client LMS -> master LMS
-inline constexpr uint16_t kMsgGesReply = 18;     // master LMS -> client LMS (Grant/Bast/Deny)
-inline constexpr uint16_t kMsgGesView = 19;      // RPC: one worker's lock table rows
-inline constexpr uint16_t kMsgGesDeadlock = 20;  // deadlock search (docs/ges.md), see below
-inline constexpr uint16_t kMsgBlockFetch = 32;   // RPC: Cache Fusion block batch
+// The message types (ic/wire/message_types.hpp), under the names the LMS code uses.
+using ic::kMsgBlockFetch;
+using ic::kMsgGesClient;
+using ic::kMsgGesDeadlock;
+using ic::kMsgGesMaster;
+using ic::kMsgGesReply;
+using ic::kMsgGesView;
 
 // Registers the GES handlers (from _PG_init).
 void register_ges_handlers();

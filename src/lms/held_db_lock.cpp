@@ -10,7 +10,7 @@ extern "C" {
 #include "storage/lwlock.h"
 }
 
-#include "ic/shared_state.hpp"
+#include "ic/shm/shared_state.hpp"
 #include "lms/held_db_lock.hpp"
 
 namespace pgrac::glue {

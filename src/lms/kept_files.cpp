@@ -8,6 +8,7 @@ extern "C" {
 #include "storage/smgr.h"
 }
 
+#include "capi/handler_registry.hpp"
 #include "lms/kept_files.hpp"
 #include "lms/request_server.hpp"
 

@@ -20,15 +20,15 @@ PGDLLEXPORT void pgrac_ic_lms_main(Datum arg);
 
 #include <sched.h>
 
-#include "guc.hpp"
+#include "instance/guc.hpp"
 
-#include "ic/adaptive_spin.hpp"
-#include "ic/atomics.hpp"
+#include "ic/base/adaptive_spin.hpp"
+#include "ic/base/atomics.hpp"
 #include "lms/ges_service.hpp"
 #include "lms/held_db_lock.hpp"
 #include "lms/request_server.hpp"
-#include "send_path.hpp"
-#include "shmem.hpp"
+#include "capi/send_path.hpp"
+#include "instance/shmem.hpp"
 
 using namespace pgrac::ic;
 

@@ -16,8 +16,8 @@ extern "C" {
 
 #include <cstring>
 
-#include "ic/atomics.hpp"
-#include "lms/handler_registry.hpp"
+#include "ic/base/atomics.hpp"
+#include "capi/handler_registry.hpp"
 #include "lms/held_db_lock.hpp"
 #include "lms/request_server.hpp"
 
@@ -30,7 +30,6 @@ namespace {
 MemoryContext g_msg_context = nullptr;
 uint8_t* g_reply_body = nullptr;      // PGRAC_IC_MAX_MESSAGE bytes, after the header's room
 uint8_t* g_own_reply_body = nullptr;  // what g_reply_body is unless use_reply_body() says
-bool g_in_place = false;
 bool g_declined = false;
 
 // After a handler raised: what the checkpointer and bgwriter do after an
@@ -113,12 +112,8 @@ void use_reply_body(uint8_t* body) {
     g_reply_body = body != nullptr ? body : g_own_reply_body;
 }
 
-bool serving_in_place() {
-    return g_in_place;
-}
-
 void decline_in_place() {
-    if (g_in_place) g_declined = true;
+    if (serving_in_place()) g_declined = true;
 }
 
 Served serve_record(IcShared* shm, const uint8_t* rec, size_t len, bool in_place,
@@ -153,10 +148,10 @@ Served serve_record(IcShared* shm, const uint8_t* rec, size_t len, bool in_place
         reply.len = static_cast<uint32_t>(strlen(text) + 1);
         memcpy(reply.body, text, reply.len);
     } else {
-        g_in_place = in_place;
+        set_serving_in_place(in_place);
         g_declined = false;
         status = run_handler(h, &msg, is_rpc ? &reply : nullptr);
-        g_in_place = false;
+        set_serving_in_place(false);
         if (g_declined) return Served::WouldBlock;
         if (status == PGRAC_IC_HANDLER_ERROR && is_rpc) {
             char text[kErrorDescriptionMax];

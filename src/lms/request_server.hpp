@@ -7,8 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "ic/frame.hpp"
-#include "ic/shared_state.hpp"
+#include "ic/wire/frame.hpp"
+#include "ic/shm/shared_state.hpp"
 
 namespace pgrac::glue {
 
@@ -34,8 +34,6 @@ enum class Served { Done, WouldBlock };
 Served serve_record(ic::IcShared* shm, const uint8_t* rec, size_t len, bool in_place,
                     ReplySender send);
 
-// True while a handler runs in the listener (it must not wait).
-bool serving_in_place();
 // Called by one of pgrac_ic's handlers serving in place that would have to
 // wait (a block not in the buffer pool), after releasing what it holds: its
 // return value is ignored and an LMS worker serves the request. Not in the

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "ic/frame.hpp"
-#include "tiers/transport.hpp"
+#include "ic/wire/frame.hpp"
+#include "tiers/transports.hpp"
 
 namespace pgrac::tiers {
 

@@ -1,7 +1,7 @@
 // The stub tier: a transport without a network, for a single instance. It
 // accepts the calls an engine makes at startup and refuses every connection,
 // so node-to-node traffic fails with a clear reason instead of hanging.
-#include "tiers/transport.hpp"
+#include "tiers/transports.hpp"
 
 namespace pgrac::tiers {
 

@@ -1,4 +1,4 @@
-// The interconnect tiers: one enum for the tier decision (src/tiers/tier_select.hpp),
+// The interconnect tiers: one enum for the tier decision (src/tiers/detect/tier_select.hpp),
 // the setting (cluster.interconnect_tier) and shared memory (IcShared::tier_requested,
 // tier_active hold it as uint32_t, so its underlying type is fixed).
 #pragma once

@@ -23,7 +23,7 @@ PG_FUNCTION_INFO_V1(pgrac_fetch_block_bench);
 
 #include "capi/block_fetch.hpp"
 #include "capi/block_request.hpp"
-#include "ic/shared_state.hpp"
+#include "ic/shm/shared_state.hpp"
 
 using namespace pgrac::glue;
 

@@ -12,8 +12,8 @@ PG_FUNCTION_INFO_V1(pgrac_ic_counters);
 
 #include <cstring>
 
-#include "ic/atomics.hpp"
-#include "shmem.hpp"
+#include "ic/base/atomics.hpp"
+#include "instance/shmem.hpp"
 #include "tiers/tier.hpp"
 #include "capi/errors.hpp"
 #include "views/srf.hpp"

@@ -18,9 +18,9 @@ PG_FUNCTION_INFO_V1(pgrac_ic_stream);
 
 #include <cstring>
 
-#include "ic/seq_check.hpp"
-#include "ic/shared_state.hpp"
-#include "shmem.hpp"
+#include "ic/session/seq_check.hpp"
+#include "ic/shm/shared_state.hpp"
+#include "instance/shmem.hpp"
 #include "capi/errors.hpp"
 
 using namespace pgrac::ic;

@@ -14,7 +14,7 @@ PG_FUNCTION_INFO_V1(pgrac_ic_error_totals);
 
 #include <cstring>
 
-#include "shmem.hpp"
+#include "instance/shmem.hpp"
 #include "capi/errors.hpp"
 #include "views/srf.hpp"
 

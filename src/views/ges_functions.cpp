@@ -1,5 +1,5 @@
 // SQL interface of the Global Enqueue Service: session-level global locks
-// (as pg_advisory_lock) through the C API (src/capi/ges_lock.hpp), where a
+// (as pg_advisory_lock) through the C API (src/capi/ges/lock.hpp), where a
 // resource is mastered, the cluster-wide lock view, and the lock benchmark.
 extern "C" {
 #include "postgres.h"
@@ -26,14 +26,14 @@ PG_FUNCTION_INFO_V1(pgrac_ges_lock_token);
 #include <cstring>
 #include <vector>
 
-#include "capi/ges_held.hpp"
-#include "capi/ges_lock.hpp"
-#include "capi/ges_names.hpp"
-#include "guc.hpp"
-#include "ic/ges_types.hpp"
-#include "lms/ges_service.hpp"
-#include "pg_boundary.hpp"
-#include "shmem.hpp"
+#include "capi/ges/held.hpp"
+#include "capi/ges/lock.hpp"
+#include "capi/ges/names.hpp"
+#include "instance/guc.hpp"
+#include "ic/ges/types.hpp"
+#include "ic/wire/message_types.hpp"
+#include "instance/pg_boundary.hpp"
+#include "instance/shmem.hpp"
 #include "views/srf.hpp"
 
 using namespace pgrac::ic;
@@ -134,7 +134,7 @@ Datum pgrac_ges_locks(PG_FUNCTION_ARGS) {
         uint32_t n_lms = 1;
         for (uint32_t w = 0; w < n_lms; w++) {
             uint32_t len = 0;
-            const int rc = pgrac_ic_rpc(live[i], pgrac::glue::kMsgGesView, w, nullptr, 0, buf,
+            const int rc = pgrac_ic_rpc(live[i], pgrac::ic::kMsgGesView, w, nullptr, 0, buf,
                                         PGRAC_IC_MAX_MESSAGE, &len, PGRAC_IC_CONTROL, -1);
             if (rc != PGRAC_IC_OK || len < 9) {
                 ereport(NOTICE, (errmsg("GES locks of node %u worker %u not read: %s", live[i], w,

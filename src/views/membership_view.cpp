@@ -1,5 +1,5 @@
 // pg_cluster_membership and pg_cluster_membership_history: this node's
-// standing in the cluster (ic/membership.hpp), read from shared memory.
+// standing in the cluster (ic/membership/membership.hpp), read from shared memory.
 extern "C" {
 #include "postgres.h"
 
@@ -18,10 +18,10 @@ PG_FUNCTION_INFO_V1(pgrac_membership_history);
 #include <algorithm>
 #include <cstring>
 
-#include "ic/atomics.hpp"
-#include "ic/membership.hpp"
-#include "guc.hpp"
-#include "shmem.hpp"
+#include "ic/base/atomics.hpp"
+#include "ic/membership/membership.hpp"
+#include "instance/guc.hpp"
+#include "instance/shmem.hpp"
 #include "capi/errors.hpp"
 #include "views/srf.hpp"
 
@@ -78,7 +78,7 @@ Datum pgrac_membership(PG_FUNCTION_ARGS) {
     d[i++] = Int64GetDatum(static_cast<int64>(ms->self_instance));
     d[i++] = Int32GetDatum(static_cast<int32>(load_relaxed(&ms->lease_ms)));
     // The window after which this node votes a silent node out: peer_timeout,
-    // or the old value for a while after it was lowered (ic/membership.hpp).
+    // or the old value for a while after it was lowered (ic/membership/membership.hpp).
     uint32_t window = static_cast<uint32_t>(pgrac_peer_timeout_ms);
     if (now_ms < load_relaxed(&ms->window_floor_until_ms))
         window = std::max(window, load_relaxed(&ms->window_floor_ms));

@@ -12,10 +12,10 @@ PG_FUNCTION_INFO_V1(pgrac_ic_peers);
 
 #include <cstring>
 
-#include "ic/atomics.hpp"
-#include "ic/frame_guard.hpp"
-#include "guc.hpp"
-#include "shmem.hpp"
+#include "ic/base/atomics.hpp"
+#include "ic/wire/frame_guard.hpp"
+#include "instance/guc.hpp"
+#include "instance/shmem.hpp"
 #include "tiers/tier.hpp"
 #include "capi/errors.hpp"
 #include "views/srf.hpp"

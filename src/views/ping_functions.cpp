@@ -17,9 +17,9 @@ PG_FUNCTION_INFO_V1(pgrac_ic_bench);
 #include <algorithm>
 #include <cstring>
 
-#include "ic/shared_state.hpp"
-#include "send_path.hpp"
-#include "shmem.hpp"
+#include "ic/shm/shared_state.hpp"
+#include "capi/send_path.hpp"
+#include "instance/shmem.hpp"
 #include "capi/errors.hpp"
 
 using namespace pgrac::ic;

@@ -15,9 +15,9 @@ PG_FUNCTION_INFO_V1(pgrac_ic_status_view);
 
 #include <cstring>
 
-#include "guc.hpp"
-#include "ic/atomics.hpp"
-#include "shmem.hpp"
+#include "instance/guc.hpp"
+#include "ic/base/atomics.hpp"
+#include "instance/shmem.hpp"
 #include "tiers/tier.hpp"
 #include "capi/errors.hpp"
 #include "views/srf.hpp"

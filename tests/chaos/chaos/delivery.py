@@ -3,7 +3,7 @@
 
 RPCs. The receiver keeps, per (source node, stream), the highest seq applied, `last`
 (shared memory, zero when the instance's shared memory is made), and seq_apply
-(src/ic/seq_check.cpp) answers
+(src/ic/session/seq_check.cpp) answers
 
     seq > last   'applied'    (and last := seq)
     seq == last  'duplicate'

@@ -23,7 +23,7 @@ from .clients import STATEMENT_TIMEOUT_MS, classify
 
 PAUSE_S = 0.02     # one probe call per client per 20 ms: light next to the lock clients
 SAMPLE_S = 1.0
-SEQ_STREAMS = 16   # kSeqStreams in src/ic/seq_check.hpp
+SEQ_STREAMS = 16   # kSeqStreams in src/ic/session/seq_check.hpp
 NOTE_BODY = b"\x01"
 
 SAMPLE_SQL = ("SELECT coalesce((SELECT started_at::text FROM pg_cluster_rdma_status LIMIT 1), "

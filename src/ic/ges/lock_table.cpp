@@ -1,0 +1,564 @@
+#include "ic/ges/lock_table.hpp"
+
+#include <algorithm>
+
+namespace pgrac::ic::ges {
+
+namespace {
+
+uint8_t mode_bit(LockMode m) {
+    return static_cast<uint8_t>(1u << static_cast<uint8_t>(m));
+}
+
+// True if a BAST for a mode at least as strong as `m` already went out: the
+// holder already knows to give way far enough for `m` too.
+bool bast_covered(uint8_t sent, LockMode m) {
+    for (uint8_t s = 0; s < kLockModeCount; ++s)
+        if ((sent >> s & 1) && mode_at_most(m, static_cast<LockMode>(s))) return true;
+    return false;
+}
+
+template <typename T, typename Pred>
+void erase_if(std::vector<T>& v, Pred p) {
+    v.erase(std::remove_if(v.begin(), v.end(), p), v.end());
+}
+
+}  // namespace
+
+LockTable::Lock* LockTable::find_holder(Resource& r, Owner o) {
+    for (Lock& l : r.holders)
+        if (l.owner == o) return &l;
+    return nullptr;
+}
+
+LockTable::Lock* LockTable::find_waiter(Resource& r, Owner o) {
+    for (Lock& l : r.waiters)
+        if (l.owner == o) return &l;
+    return nullptr;
+}
+
+bool LockTable::compatible_with_holders(const Resource& r, LockMode m, Owner except) {
+    for (const Lock& h : r.holders)
+        if (h.owner != except && !modes_compatible(h.granted, m)) return false;
+    return true;
+}
+
+size_t LockTable::lock_count() const {
+    size_t n = 0;
+    for (const auto& [name, r] : resources_) n += r.holders.size() + r.waiters.size();
+    return n;
+}
+
+// ---- requests
+
+Events LockTable::request(const LockRequest& rq) {
+    return submit(rq, false);
+}
+
+Events LockTable::convert(const LockRequest& rq) {
+    return submit(rq, true);
+}
+
+Events LockTable::submit(const LockRequest& rq, bool convert_only) {
+    now_ = rq.now;
+    Events ev;
+    const ResourceName& name = rq.resource;
+    Resource& r = resources_[name];
+    const bool nowait = (rq.flags & kNoWait) != 0;
+    bool queued = false;
+
+    if (Lock* h = find_holder(r, rq.owner)) {
+        if (h->state == LockState::Converting) {
+            ev.push_back(
+                Event::denied(rq.owner, name, rq.mode, rq.request_id, DenyReason::AlreadyPending));
+            return ev;
+        }
+        start_conversion(r, *h, rq, ev);
+        queued = h->state == LockState::Converting;
+    } else if (find_waiter(r, rq.owner) != nullptr) {
+        ev.push_back(
+            Event::denied(rq.owner, name, rq.mode, rq.request_id, DenyReason::AlreadyPending));
+        return ev;
+    } else if (convert_only) {
+        ev.push_back(Event::denied(rq.owner, name, rq.mode, rq.request_id, DenyReason::NotHeld));
+    } else if (!frozen_ && r.convert.empty() && r.waiters.empty() &&
+               compatible_with_holders(r, rq.mode, rq.owner)) {
+        Lock l;
+        l.owner = rq.owner;
+        l.state = LockState::Granted;
+        l.granted = l.requested = rq.mode;
+        l.grant_id = l.request_id = rq.request_id;
+        l.since = rq.now;
+        r.holders.push_back(l);
+        ev.push_back(Event::granted(rq.owner, name, rq.mode, rq.request_id));
+    } else if (nowait && !frozen_) {
+        ev.push_back(Event::denied(rq.owner, name, rq.mode, rq.request_id, DenyReason::NoWait));
+    } else {
+        Lock l;
+        l.owner = rq.owner;
+        l.state = LockState::Waiting;
+        l.requested = rq.mode;
+        l.request_id = rq.request_id;
+        l.flags = rq.flags;
+        l.since = rq.now;
+        l.deadline = rq.deadline;
+        l.order = next_order_++;
+        l.new_in_replay = frozen_;
+        r.waiters.push_back(l);
+        queued = true;
+    }
+
+    settle(name, ev);
+    if (queued && !frozen_ && options_.detect_deadlocks_on_wait) check_deadlocks(ev);
+    return ev;
+}
+
+void LockTable::start_conversion(Resource& r, Lock& h, const LockRequest& rq, Events& ev) {
+    if (rq.mode == h.granted) {  // already held in that mode
+        h.grant_id = rq.request_id;
+        ev.push_back(Event::granted(rq.owner, rq.resource, rq.mode, rq.request_id));
+        return;
+    }
+    const bool down = mode_at_most(rq.mode, h.granted);
+    if (!frozen_ && compatible_with_holders(r, rq.mode, h.owner) && (down || r.convert.empty())) {
+        h.granted = h.requested = rq.mode;
+        h.grant_id = h.request_id = rq.request_id;
+        h.since = rq.now;
+        h.bast_sent = 0;
+        ev.push_back(Event::granted(rq.owner, rq.resource, rq.mode, rq.request_id));
+        return;
+    }
+    if ((rq.flags & kNoWait) && !frozen_) {
+        ev.push_back(
+            Event::denied(rq.owner, rq.resource, rq.mode, rq.request_id, DenyReason::NoWait));
+        return;
+    }
+    h.state = LockState::Converting;
+    h.requested = rq.mode;
+    h.request_id = rq.request_id;
+    h.flags = rq.flags;
+    h.since = rq.now;
+    h.deadline = rq.deadline;
+    h.order = next_order_++;
+    h.new_in_replay = frozen_;
+    r.convert.push_back(h.owner);
+}
+
+// ---- serving the queues
+
+void LockTable::settle(const ResourceName& name, Events& ev) {
+    auto it = resources_.find(name);
+    if (it == resources_.end()) return;
+    Resource& r = it->second;
+    if (!frozen_) {
+        serve_queues(name, r, ev);
+        send_basts(name, r, ev);
+    }
+    if (r.empty()) resources_.erase(it);
+}
+
+void LockTable::serve_queues(const ResourceName& name, Resource& r, Events& ev) {
+    for (;;) {
+        while (!r.convert.empty()) {
+            Lock* c = find_holder(r, r.convert.front());
+            if (!compatible_with_holders(r, c->requested, c->owner)) break;
+            c->state = LockState::Granted;
+            c->granted = c->requested;
+            c->grant_id = c->request_id;
+            c->since = now_;
+            c->deadline = 0;
+            c->bast_sent = 0;
+            r.convert.erase(r.convert.begin());
+            ev.push_back(Event::granted(c->owner, name, c->granted, c->grant_id));
+        }
+        while (r.convert.empty() && !r.waiters.empty()) {
+            Lock w = r.waiters.front();
+            if (!compatible_with_holders(r, w.requested, w.owner)) break;
+            w.state = LockState::Granted;
+            w.granted = w.requested;
+            w.grant_id = w.request_id;
+            w.since = now_;
+            w.deadline = 0;
+            r.waiters.erase(r.waiters.begin());
+            r.holders.push_back(w);
+            ev.push_back(Event::granted(w.owner, name, w.granted, w.grant_id));
+        }
+        // NOWAIT requests still queued (they arrived during a replay) fail now;
+        // removing one may free the queue for those behind it.
+        bool withdrew = false;
+        for (const Lock& h : std::vector<Lock>(r.holders))
+            if (h.state == LockState::Converting && (h.flags & kNoWait))
+                withdrew |= withdraw(name, r, h.owner, h.request_id, DenyReason::NoWait, ev);
+        for (const Lock& w : std::vector<Lock>(r.waiters))
+            if (w.flags & kNoWait)
+                withdrew |= withdraw(name, r, w.owner, w.request_id, DenyReason::NoWait, ev);
+        if (!withdrew) return;
+    }
+}
+
+void LockTable::send_basts(const ResourceName& name, Resource& r, Events& ev) {
+    auto notify_blockers = [&](LockMode m, Owner requester) {
+        for (Lock& h : r.holders) {
+            if (h.owner == requester || modes_compatible(h.granted, m)) continue;
+            if (bast_covered(h.bast_sent, m)) continue;
+            h.bast_sent |= mode_bit(m);
+            ev.push_back(Event::bast(h.owner, name, m, h.grant_id));
+        }
+    };
+    for (Owner o : r.convert) notify_blockers(find_holder(r, o)->requested, o);
+    for (const Lock& w : r.waiters) notify_blockers(w.requested, w.owner);
+}
+
+bool LockTable::withdraw(const ResourceName& name, Resource& r, Owner o, uint64_t request_id,
+                         DenyReason why, Events& ev) {
+    auto matches = [request_id](const Lock& l) {
+        return request_id == 0 || l.request_id == request_id;
+    };
+    if (Lock* h = find_holder(r, o)) {
+        if (h->state != LockState::Converting || !matches(*h)) return false;
+        ev.push_back(Event::denied(o, name, h->requested, h->request_id, why));
+        h->state = LockState::Granted;
+        h->requested = h->granted;
+        h->request_id = h->grant_id;
+        h->deadline = 0;
+        h->flags = 0;
+        erase_if(r.convert, [o](Owner x) { return x == o; });
+        return true;
+    }
+    if (Lock* w = find_waiter(r, o)) {
+        if (!matches(*w)) return false;
+        ev.push_back(Event::denied(o, name, w->requested, w->request_id, why));
+        erase_if(r.waiters, [o](const Lock& l) { return l.owner == o; });
+        return true;
+    }
+    return false;
+}
+
+// ---- giving up locks
+
+Events LockTable::release(Owner owner, const ResourceName& resource, int64_t now) {
+    now_ = now;
+    Events ev;
+    auto it = resources_.find(resource);
+    if (it == resources_.end()) return ev;
+    Resource& r = it->second;
+    withdraw(resource, r, owner, 0, DenyReason::Cancelled, ev);
+    erase_if(r.holders, [owner](const Lock& l) { return l.owner == owner; });
+    settle(resource, ev);
+    return ev;
+}
+
+Events LockTable::cancel(Owner owner, const ResourceName& resource, uint64_t request_id,
+                         DenyReason reason, int64_t now) {
+    now_ = now;
+    Events ev;
+    auto it = resources_.find(resource);
+    if (it == resources_.end()) return ev;
+    if (withdraw(resource, it->second, owner, request_id, reason, ev)) settle(resource, ev);
+    return ev;
+}
+
+void LockTable::drop_owner_if(const std::vector<ResourceName>& names, Owner owner, bool whole_node,
+                              Events& ev) {
+    auto gone = [&](Owner o) { return whole_node ? o.node == owner.node : o == owner; };
+    for (const ResourceName& name : names) {
+        Resource& r = resources_.at(name);
+        erase_if(r.holders, [&](const Lock& l) { return gone(l.owner); });
+        erase_if(r.convert, [&](Owner o) { return gone(o); });
+        erase_if(r.waiters, [&](const Lock& l) { return gone(l.owner); });
+        settle(name, ev);
+    }
+}
+
+namespace {
+
+template <typename Map, typename Pred>
+std::vector<ResourceName> sorted_names_where(const Map& m, Pred p) {
+    std::vector<ResourceName> names;
+    for (const auto& [name, r] : m)
+        if (p(r)) names.push_back(name);
+    std::sort(names.begin(), names.end());
+    return names;
+}
+
+}  // namespace
+
+Events LockTable::release_all(Owner owner, int64_t now) {
+    now_ = now;
+    Events ev;
+    auto has = [owner](const Resource& r) {
+        auto mine = [owner](const Lock& l) { return l.owner == owner; };
+        return std::any_of(r.holders.begin(), r.holders.end(), mine) ||
+               std::any_of(r.waiters.begin(), r.waiters.end(), mine);
+    };
+    drop_owner_if(sorted_names_where(resources_, has), owner, false, ev);
+    return ev;
+}
+
+Events LockTable::release_node(uint16_t node, int64_t now) {
+    now_ = now;
+    Events ev;
+    auto has = [node](const Resource& r) {
+        auto theirs = [node](const Lock& l) { return l.owner.node == node; };
+        return std::any_of(r.holders.begin(), r.holders.end(), theirs) ||
+               std::any_of(r.waiters.begin(), r.waiters.end(), theirs);
+    };
+    drop_owner_if(sorted_names_where(resources_, has), Owner{node, 0}, true, ev);
+    return ev;
+}
+
+Events LockTable::expire(int64_t now) {
+    now_ = now;
+    Events ev;
+    struct Due {
+        ResourceName name;
+        Owner owner;
+        uint64_t request_id;
+    };
+    std::vector<Due> due;
+    auto overdue = [now](const Lock& l) {
+        return l.state != LockState::Granted && l.deadline != 0 && l.deadline <= now;
+    };
+    for (const auto& [name, r] : resources_) {
+        for (const Lock& l : r.holders)
+            if (overdue(l)) due.push_back({name, l.owner, l.request_id});
+        for (const Lock& l : r.waiters)
+            if (overdue(l)) due.push_back({name, l.owner, l.request_id});
+    }
+    std::sort(due.begin(), due.end(), [](const Due& a, const Due& b) {
+        return a.name < b.name || (a.name == b.name && a.owner < b.owner);
+    });
+    for (const Due& d : due) {
+        auto it = resources_.find(d.name);
+        if (it == resources_.end()) continue;
+        if (withdraw(d.name, it->second, d.owner, d.request_id, DenyReason::Timeout, ev))
+            settle(d.name, ev);
+    }
+    return ev;
+}
+
+// ---- deadlocks
+
+void LockTable::add_edges(const ResourceName& name, const Resource& r,
+                          std::vector<WaitForEdge>* out) const {
+    auto add = [&](const Lock& w, Owner holder) {
+        WaitForEdge e;
+        e.waiter = w.owner;
+        e.holder = holder;
+        e.resource = name;
+        e.master = self_;
+        e.request_id = w.request_id;
+        e.since = w.since;
+        e.order = w.order;
+        out->push_back(e);
+    };
+    auto blockers = [&](const Lock& w) {
+        for (const Lock& h : r.holders)
+            if (h.owner != w.owner && !modes_compatible(h.granted, w.requested)) add(w, h.owner);
+    };
+    // Queues are strict FIFO, so each pending request also waits for the one
+    // right ahead of it (which in turn waits for the one ahead of it, ...).
+    const Lock* ahead = nullptr;
+    for (Owner o : r.convert) {
+        const Lock* c = nullptr;
+        for (const Lock& h : r.holders)
+            if (h.owner == o) c = &h;
+        blockers(*c);
+        if (ahead != nullptr) add(*c, ahead->owner);
+        ahead = c;
+    }
+    for (const Lock& w : r.waiters) {
+        blockers(w);
+        if (ahead != nullptr) add(w, ahead->owner);
+        ahead = &w;
+    }
+}
+
+std::vector<WaitForEdge> LockTable::wait_for_edges() const {
+    std::vector<WaitForEdge> edges;
+    auto pending = [](const Resource& r) { return !r.convert.empty() || !r.waiters.empty(); };
+    for (const ResourceName& name : sorted_names_where(resources_, pending))
+        add_edges(name, resources_.at(name), &edges);
+    return edges;
+}
+
+std::optional<int64_t> LockTable::oldest_wait_since() const {
+    std::optional<int64_t> oldest;
+    auto see = [&oldest](int64_t since) {
+        if (!oldest || since < *oldest) oldest = since;
+    };
+    for (const auto& [name, r] : resources_) {
+        (void)name;
+        if (!r.convert.empty())
+            for (const Lock& h : r.holders)
+                if (h.state == LockState::Converting) see(h.since);
+        for (const Lock& w : r.waiters) see(w.since);
+    }
+    return oldest;
+}
+
+void LockTable::check_deadlocks(Events& ev) {
+    // One victim at a time, from a fresh graph: denying it may grant others.
+    for (;;) {
+        const std::vector<WaitForEdge> victims = find_deadlock_victims(wait_for_edges());
+        if (victims.empty()) return;
+        const WaitForEdge& v = victims.front();
+        auto it = resources_.find(v.resource);
+        if (it == resources_.end() ||
+            !withdraw(v.resource, it->second, v.waiter, v.request_id, DenyReason::Deadlock, ev))
+            return;  // cannot happen: the edge came from this table
+        settle(v.resource, ev);
+    }
+}
+
+Events LockTable::detect_deadlocks(int64_t now) {
+    now_ = now;
+    Events ev;
+    if (!frozen_) check_deadlocks(ev);
+    return ev;
+}
+
+// ---- remastering
+
+Events LockTable::ingest_replay(const std::vector<ReplayEntry>& entries, int64_t now) {
+    now_ = now;
+    Events ev;
+    std::vector<ResourceName> touched;
+    for (const ReplayEntry& e : entries) {
+        Resource& r = resources_[e.resource];
+        const Owner o = e.owner;
+        erase_if(r.holders, [o](const Lock& l) { return l.owner == o; });
+        erase_if(r.convert, [o](Owner x) { return x == o; });
+        erase_if(r.waiters, [o](const Lock& l) { return l.owner == o; });
+
+        Lock l;
+        l.owner = o;
+        l.state = e.state;
+        l.request_id = l.grant_id = e.request_id;
+        l.flags = e.flags;
+        l.since = e.since;
+        // Replayed requests go ahead of those that arrived during the replay.
+        if (e.state == LockState::Waiting) {
+            l.requested = e.requested_mode;
+            l.order = next_order_++;
+            r.waiters.insert(std::find_if(r.waiters.begin(), r.waiters.end(),
+                                          [](const Lock& w) { return w.new_in_replay; }),
+                             l);
+        } else {
+            if (!compatible_with_holders(r, e.granted_mode, o)) ++replay_conflicts_;
+            l.granted = e.granted_mode;
+            l.requested = e.state == LockState::Converting ? e.requested_mode : e.granted_mode;
+            if (e.state == LockState::Converting) {
+                l.order = next_order_++;
+                auto first_new = std::find_if(r.convert.begin(), r.convert.end(), [&r](Owner x) {
+                    return find_holder(r, x)->new_in_replay;
+                });
+                r.convert.insert(first_new, o);
+            }
+            r.holders.push_back(l);
+        }
+        touched.push_back(e.resource);
+    }
+    if (!frozen_) {
+        std::sort(touched.begin(), touched.end());
+        touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+        for (const ResourceName& name : touched) settle(name, ev);
+        if (options_.detect_deadlocks_on_wait) check_deadlocks(ev);
+    }
+    return ev;
+}
+
+Events LockTable::end_replay(int64_t now) {
+    now_ = now;
+    frozen_ = false;
+    for (auto& [name, r] : resources_) {
+        for (Lock& l : r.holders) l.new_in_replay = false;
+        for (Lock& l : r.waiters) l.new_in_replay = false;
+    }
+    Events ev;
+    for (const ResourceName& name :
+         sorted_names_where(resources_, [](const Resource&) { return true; }))
+        settle(name, ev);
+    check_deadlocks(ev);
+    return ev;
+}
+
+size_t LockTable::drop_unmastered(const std::vector<uint16_t>& live) {
+    size_t dropped = 0;
+    for (auto it = resources_.begin(); it != resources_.end();) {
+        if (master_for(it->first, live) != self_) {
+            it = resources_.erase(it);
+            ++dropped;
+        } else {
+            ++it;
+        }
+    }
+    return dropped;
+}
+
+// ---- the view
+
+std::vector<LockRow> LockTable::snapshot() const {
+    std::vector<LockRow> rows;
+    auto row = [&](const ResourceName& name, const Lock& l) {
+        LockRow x;
+        x.resource = name.to_string();
+        x.master = self_;
+        x.owner_node = l.owner.node;
+        x.proc = l.owner.proc;
+        x.state = l.state;
+        x.mode = l.state == LockState::Granted ? l.granted : l.requested;
+        x.held_mode = l.state == LockState::Waiting ? LockMode::NL : l.granted;
+        x.since = l.since;
+        x.request_id = l.request_id;
+        rows.push_back(x);
+    };
+    for (const ResourceName& name :
+         sorted_names_where(resources_, [](const Resource&) { return true; })) {
+        const Resource& r = resources_.at(name);
+        for (const Lock& h : r.holders)
+            if (h.state == LockState::Granted) row(name, h);
+        for (Owner o : r.convert)
+            for (const Lock& h : r.holders)
+                if (h.owner == o) row(name, h);
+        for (const Lock& w : r.waiters) row(name, w);
+    }
+    return rows;
+}
+
+std::vector<ReplayEntry> LockTable::entries_of_node(uint16_t node) const {
+    std::vector<ReplayEntry> held, pending;
+    for (const auto& [name, r] : resources_) {
+        for (const Lock& h : r.holders) {
+            if (h.owner.node != node) continue;
+            ReplayEntry e;
+            e.owner = h.owner;
+            e.resource = name;
+            e.state = h.state;
+            e.granted_mode = h.granted;
+            e.requested_mode = h.state == LockState::Converting ? h.requested : h.granted;
+            e.request_id = h.state == LockState::Converting ? h.request_id : h.grant_id;
+            e.flags = h.state == LockState::Converting ? h.flags : 0;
+            e.since = h.since;
+            held.push_back(e);
+        }
+        for (const Lock& w : r.waiters) {
+            if (w.owner.node != node) continue;
+            ReplayEntry e;
+            e.owner = w.owner;
+            e.resource = name;
+            e.state = LockState::Waiting;
+            e.requested_mode = w.requested;
+            e.request_id = w.request_id;
+            e.flags = w.flags;
+            e.since = w.since;
+            pending.push_back(e);
+        }
+    }
+    std::stable_sort(pending.begin(), pending.end(),
+                     [](const ReplayEntry& a, const ReplayEntry& b) { return a.since < b.since; });
+    held.insert(held.end(), pending.begin(), pending.end());
+    return held;
+}
+
+}  // namespace pgrac::ic::ges

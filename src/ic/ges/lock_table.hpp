@@ -1,0 +1,179 @@
+// The master-side GES lock table: for every resource this instance (this LMS
+// worker's shard of it) masters, a grant queue, a convert queue and a wait
+// queue, all FIFO.
+//
+// Rules (docs/ges.md has the reasoning):
+//  - An owner holds at most one lock per resource. A request by an owner that
+//    holds the resource converts that lock to the new mode (session semantics,
+//    as pg_advisory_lock); release() drops it whatever its mode.
+//  - A new request is granted only if it is compatible with every granted lock
+//    and both queues are empty; otherwise it waits (or NOWAIT denies it).
+//  - Conversions are served before new requests, in FIFO order; a conversion
+//    is granted when compatible with every other granted lock and no
+//    conversion is ahead of it. A down-conversion (to a mode that blocks no
+//    more than the held one) is granted at once: it can only help others.
+//  - After anything that can free a queue head, the queues are re-served in
+//    order: conversions until one cannot be granted, then (only if no
+//    conversion waits) new requests until one cannot be granted.
+//  - A holder whose granted mode blocks a queued request gets a BAST once per
+//    blocking situation: not again for a request mode no stronger than one it
+//    was already told about since its mode last changed.
+//  - Whenever a request queues, the local wait-for graph is checked and every
+//    cycle loses its youngest waiter (Denied: deadlock).
+//
+// Every call returns the events the glue must turn into messages, in order.
+// Times (now, deadline, since) are the caller's clock, in any unit; the table
+// only compares them and shows them (a lock granted from a queue gets the
+// `now` of the call that granted it as its since). Not thread-safe: one LMS worker owns one table.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ic/ges/deadlock.hpp"
+#include "ic/ges/types.hpp"
+
+namespace pgrac::ic::ges {
+
+struct LockRequest {
+    Owner owner;
+    ResourceName resource;
+    LockMode mode = LockMode::NL;
+    uint64_t request_id = 0;  // the requester's id, echoed in Granted/Denied
+    uint8_t flags = 0;        // RequestFlag bits
+    int64_t now = 0;          // arrival time: the "since" of the view
+    int64_t deadline = 0;     // expire() denies it (Timeout) at this time; 0 = never
+};
+
+// One row of the GES view.
+struct LockRow {
+    std::string resource;  // ResourceName::to_string()
+    uint16_t master = 0;
+    uint16_t owner_node = 0;
+    uint32_t proc = 0;
+    LockMode mode = LockMode::NL;       // granted mode, or the mode waited for
+    LockMode held_mode = LockMode::NL;  // Converting: the mode still held
+    LockState state = LockState::Granted;
+    int64_t since = 0;  // entered this state
+    uint64_t request_id = 0;
+};
+
+class LockTable {
+  public:
+    struct Options {
+        bool detect_deadlocks_on_wait = true;  // else only detect_deadlocks() finds them
+    };
+    explicit LockTable(uint16_t self_node) : LockTable(self_node, Options{}) {}
+    LockTable(uint16_t self_node, Options options) : self_(self_node), options_(options) {}
+
+    // Lock, or convert a lock the owner already holds (see the rules above).
+    Events request(const LockRequest& rq);
+    // Like request(), but only for a held lock: Denied(NotHeld) otherwise.
+    Events convert(const LockRequest& rq);
+    // Drops the owner's lock on the resource (and any pending conversion or
+    // request of it, which gets Denied: cancelled). Nothing if none.
+    Events release(Owner owner, const ResourceName& resource, int64_t now);
+    // Withdraws the owner's pending request or conversion (request_id 0: any).
+    // A conversion reverts to the mode still held. Denied(reason) to the owner.
+    Events cancel(Owner owner, const ResourceName& resource, uint64_t request_id, DenyReason reason,
+                  int64_t now);
+    // Everything of one owner (backend exit) or of every owner on a node (node
+    // dead), dropped silently; others are granted what becomes grantable.
+    Events release_all(Owner owner, int64_t now);
+    Events release_node(uint16_t node, int64_t now);
+    // Denies (Timeout) every pending request whose deadline is <= now.
+    Events expire(int64_t now);
+    // Full local deadlock check (automatic on every wait unless disabled).
+    Events detect_deadlocks(int64_t now);
+
+    // Remastering. Between begin_replay() and end_replay() nothing is granted,
+    // denied for NOWAIT, BASTed or checked for deadlock: replayed grants are
+    // reinstated as they come (in order), replayed conversions and waiters
+    // queue behind them, and new requests queue too (behind every replayed
+    // request: those were waiting before the membership change). end_replay() then serves
+    // every queue, sends BASTs and breaks deadlocks. ingest_replay() outside
+    // that window settles each touched resource at once. A replayed entry for
+    // an owner that already has a lock on the resource replaces it.
+    void begin_replay() { frozen_ = true; }
+    Events ingest_replay(const std::vector<ReplayEntry>& entries, int64_t now);
+    Events end_replay(int64_t now);
+    bool replaying() const { return frozen_; }
+    // Forgets resources that `live` no longer maps to self; returns how many.
+    size_t drop_unmastered(const std::vector<uint16_t>& live);
+
+    // Edges of the local wait-for graph, for a cluster-wide detector.
+    std::vector<WaitForEdge> wait_for_edges() const;
+    // When the longest-waiting pending request or conversion started waiting
+    // (its since); nullopt if nothing waits. Cheap: one pass, no allocation.
+    std::optional<int64_t> oldest_wait_since() const;
+    // Rows for the view, ordered by resource, then grant/convert/wait queue order.
+    std::vector<LockRow> snapshot() const;
+    // Every lock and request of the owners on `node`, as replay entries (what
+    // that node's client registry should hold: used to rebuild the registry of
+    // a restarted LMS worker there). Holders first, then pending by since.
+    std::vector<ReplayEntry> entries_of_node(uint16_t node) const;
+
+    size_t resource_count() const { return resources_.size(); }
+    size_t lock_count() const;
+    uint16_t self_node() const { return self_; }
+    // Replayed grants that conflicted with grants already present (should be
+    // 0; nonzero means two nodes believed in incompatible grants).
+    uint64_t replay_conflicts() const { return replay_conflicts_; }
+
+  private:
+    struct Lock {
+        Owner owner;
+        LockState state = LockState::Waiting;
+        LockMode granted = LockMode::NL;    // Granted/Converting
+        LockMode requested = LockMode::NL;  // Converting/Waiting
+        uint64_t grant_id = 0;              // request that was granted
+        uint64_t request_id = 0;            // pending request
+        uint8_t flags = 0;                  // of the pending request
+        int64_t since = 0;                  // entered the current state
+        int64_t deadline = 0;               // of the pending request; 0 = none
+        uint64_t order = 0;                 // arrival order of the pending request
+        uint8_t bast_sent = 0;              // blocked modes already BASTed (bit per mode)
+        bool new_in_replay = false;         // queued by request() during a replay
+    };
+    struct Resource {
+        std::vector<Lock> holders;   // grant queue: Granted and Converting, grant order
+        std::vector<Owner> convert;  // convert queue: converting holders, FIFO
+        std::vector<Lock> waiters;   // wait queue, FIFO
+        bool empty() const { return holders.empty() && waiters.empty(); }
+    };
+    using Map = std::unordered_map<ResourceName, Resource, ResourceNameHash>;
+
+    Events submit(const LockRequest& rq, bool convert_only);
+    void start_conversion(Resource& r, Lock& l, const LockRequest& rq, Events& ev);
+    // Serves the queues, denies NOWAIT leftovers, sends BASTs, and erases the
+    // resource if it is empty. Skipped (except the erase) while frozen.
+    void settle(const ResourceName& name, Events& ev);
+    void serve_queues(const ResourceName& name, Resource& r, Events& ev);
+    void send_basts(const ResourceName& name, Resource& r, Events& ev);
+    // Withdraws a pending request: conversion reverts, waiter goes. Denied(why).
+    bool withdraw(const ResourceName& name, Resource& r, Owner o, uint64_t request_id,
+                  DenyReason why, Events& ev);
+    void drop_owner_if(const std::vector<ResourceName>& names, Owner owner, bool whole_node,
+                       Events& ev);
+    void check_deadlocks(Events& ev);
+    void add_edges(const ResourceName& name, const Resource& r,
+                   std::vector<WaitForEdge>* out) const;
+
+    static Lock* find_holder(Resource& r, Owner o);
+    static Lock* find_waiter(Resource& r, Owner o);
+    static bool compatible_with_holders(const Resource& r, LockMode m, Owner except);
+
+    uint16_t self_;
+    Options options_;
+    Map resources_;
+    uint64_t next_order_ = 1;
+    int64_t now_ = 0;  // the current call's time
+    bool frozen_ = false;
+    uint64_t replay_conflicts_ = 0;
+};
+
+}  // namespace pgrac::ic::ges

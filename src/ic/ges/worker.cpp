@@ -1,0 +1,1086 @@
+// The GES worker (ic/ges/worker.hpp): the master and client logic of one LMS
+// worker, over a WorkerHost. docs/ges.md describes the protocol.
+#include "ic/ges/worker.hpp"
+
+#include <algorithm>
+#include <optional>
+#include <set>
+#include <utility>
+
+namespace pgrac::ic::ges {
+
+namespace {
+
+// How often a worker looks for requests older than cluster.ges_deadlock_timeout.
+constexpr int64_t kWaitCheckUs = 50000;
+// How often a worker looks for local owners whose backend is gone.
+constexpr int64_t kReapUs = 250000;
+// A replay barrier still missing a member's marker after this many
+// peer_timeouts asks the membership for a new epoch; by then membership would
+// have removed a member that went silent (docs/ges.md, "When a barrier
+// cannot complete").
+constexpr int64_t kBarrierBoundTimeouts = 2;
+
+std::string list_text(const std::vector<uint16_t>& v) {
+    std::string s = "{";
+    for (size_t i = 0; i < v.size(); i++) s += (i ? "," : "") + std::to_string(v[i]);
+    return s + "}";
+}
+
+}  // namespace
+
+Worker::Worker(WorkerHost& host, uint32_t index, uint16_t self, RegistryMirror mirror)
+    : host_(host), index_(index), self_(self), table_(self), mirror_(mirror) {
+    shard_fences_seen_ = host_.shard_fences(index);
+    fences_seen_ = lease_fences(host_.lease_word());
+}
+
+// ---- restart of this LMS worker (docs/ges.md, "LMS restart")
+//
+// The previous process of this worker took its lock table (the master
+// side of the shard) and its registry (this node's client side of it)
+// with it. The registry comes back from its copy in shared memory (the
+// mirror, kept by every change); then a new epoch is asked for, in which
+// every master rebuilds its table from the registries, this one included.
+// Until that epoch the worker serves nothing: its empty table must not
+// grant. Only if the mirror overflowed are this node's locks in the shard
+// voided instead (shard_fences[w], which every holder checks at its next
+// GES call).
+void Worker::start_after_restart(int64_t now) {
+    (void)now;
+    min_epoch_ = host_.committed_view().epoch + 1;
+    std::string got;
+    if (mirror_.overflowed()) {
+        shard_fences_seen_ = host_.bump_shard_fences(index_);
+        mirror_.clear();
+        got =
+            "its registry copy had overflowed: this node's global locks in its shard are "
+            "void";
+    } else {
+        size_t n = 0;
+        const std::vector<ReplayEntry> kept = mirror_.entries();
+        mirror_.clear();  // written again below, with counts this process can trust
+        for (const ReplayEntry& e : kept) {
+            if (e.owner.node != self_) continue;
+            registry_.restore(e);
+            if (e.state != LockState::Waiting && e.token != 0)
+                held_tokens_[Key{e.resource, e.owner}] = e.token;
+            sync(e.owner, e.resource);
+            n++;
+        }
+        got = "got back " + std::to_string(n) + " lock(s) and request(s) of this node";
+    }
+    host_.request_new_epoch();
+    log(WorkerLogLevel::Log, "GES (LMS " + std::to_string(index_) + "): restarted; " + got +
+                                 "; serves again from epoch " + std::to_string(min_epoch_) + " on");
+}
+
+// Keeps the shared-memory copy of the registry entry of (o, r) current.
+void Worker::sync(Owner o, const ResourceName& r) {
+    auto e = registry_.find(o, r);
+    if (!e) {
+        mirror_.erase(o, r);
+        return;
+    }
+    auto t = held_tokens_.find(Key{r, o});
+    if (t != held_tokens_.end() && e->state != LockState::Waiting) e->token = t->second;
+    if (!mirror_.put(*e) && !mirror_full_logged_) {
+        mirror_full_logged_ = true;
+        log(WorkerLogLevel::Warning,
+            "GES (LMS " + std::to_string(index_) + "): the registry copy is full (" +
+                std::to_string(mirror_.capacity()) +
+                " entries): a restart of this worker would void this node's "
+                "global locks in its shard");
+    }
+}
+
+// ---- owners whose backend is gone (docs/ges.md, "Cleanup")
+//
+// A backend's exit hook sends ReleaseAll, but that can be lost (listener
+// restarting, ring full) or never sent. Every kReapUs, each local owner in
+// the registry whose wait slot no longer belongs to it (its pid, and the
+// session tag in its request ids) has its locks released: all of them
+// (ReleaseAll) if none of its entries is from a live session, else (a new
+// backend reusing the pid) the stale resources one by one.
+void Worker::reap_dead_owners(int64_t now) {
+    if (now - last_reap_ < kReapUs) return;
+    last_reap_ = now;
+    std::map<Owner, std::vector<ResourceName>> dead;
+    std::set<Owner> live_owner;
+    for (const ReplayEntry& e : registry_.locks()) {
+        if (e.owner.node != self_) continue;
+        if (host_.owner_alive(e.owner.proc, e.request_id))
+            live_owner.insert(e.owner);
+        else
+            dead[e.owner].push_back(e.resource);
+    }
+    for (auto& [o, resources] : dead) {
+        host_.count(WorkerCounter::DeadOwnersReaped);
+        log(WorkerLogLevel::Log, "GES (LMS " + std::to_string(index_) + "): backend " +
+                                     std::to_string(o.proc) +
+                                     " is gone but still had global locks; releasing " +
+                                     std::to_string(resources.size()));
+        if (live_owner.count(o) == 0) {
+            release_owner(o, now);
+            continue;
+        }
+        for (const ResourceName& r : resources) release_one(o, r, now);
+    }
+}
+
+// A new request from a session whose pid had entries of a dead session on
+// the same resource (pid reuse faster than the reaper): drop the stale one
+// first, so that the new request is not taken for a conversion of it.
+void Worker::drop_stale_entry(const GesMessage& m, int64_t now) {
+    auto e = registry_.find(m.owner, m.resource);
+    if (!e || (e->request_id & kInternalRequestId) || (m.request_id & kInternalRequestId) ||
+        (e->request_id >> 32) == (m.request_id >> 32))
+        return;
+    release_one(m.owner, m.resource, now);
+}
+
+void Worker::release_one(Owner o, const ResourceName& r, int64_t now) {
+    const Key k{r, o};
+    registry_.on_released(o, r);
+    held_tokens_.erase(k);
+    cancelling_.erase(k);
+    orphans_.erase(k);
+    sync(o, r);
+    GesMessage m;
+    m.type = GesMsgType::Release;
+    m.owner = o;
+    m.resource = r;
+    to_master(m, now);
+}
+
+// Everything of one owner, at every live master (its worker of this index).
+void Worker::release_owner(Owner o, int64_t now) {
+    registry_.on_released_all(o);
+    mirror_.erase_owner(o);
+    erase_owner(&cancelling_, o);
+    erase_owner(&orphans_, o);
+    erase_owner(&held_tokens_, o);
+    if (epoch_ == 0) return;  // outside an epoch the next replay leaves them out
+    GesMessage m;
+    m.type = GesMsgType::ReleaseAll;
+    m.epoch = epoch_;
+    m.owner = o;
+    std::vector<uint8_t> body;
+    if (encode_ges_message(m, &body) != GesWireError::None) return;
+    for (uint16_t n : live_) {
+        if (n == self_)
+            on_master(self_, m, now);
+        else
+            host_.send(n, GesChannel::Master, index_, body);
+    }
+}
+
+// ---- membership, fencing and epochs (docs/ges.md, "Membership, leases and epochs")
+//
+// The worker follows the committed view and this node's lease
+// (ic/membership/membership.hpp), never raw peer states. In each epoch every master
+// starts from an empty table, rebuilt from every member's registry
+// (replay), and serves nothing until each member's marker of that epoch
+// has arrived and checked out: no timeout ends the barrier early, one that
+// waits too long asks for a new epoch. Messages of an older epoch are
+// refused; those of a newer one wait (for a while) until this worker has
+// adopted it.
+
+void Worker::check_membership(int64_t now) {
+    const uint64_t now_ms = host_.lease_clock_ms();
+    if (host_.fence_if_lapsed(now_ms))
+        log(WorkerLogLevel::Log,
+            "GES (LMS " + std::to_string(index_) + "): this node's lease expired; fencing it");
+    // The view first: a fence is published before any later epoch.
+    const View v = host_.committed_view();
+    const uint64_t w = host_.lease_word();
+    const uint32_t shard = host_.shard_fences(index_);
+    if (lease_fences(w) != fences_seen_ || shard != shard_fences_seen_) {
+        const bool node = lease_fences(w) != fences_seen_;
+        fences_seen_ = lease_fences(w);
+        shard_fences_seen_ = shard;
+        drop_everything(node ? "this node was fenced (it lost its lease)"
+                             : "this LMS worker restarted");
+    }
+    // A view of witnesses only (no node may master) serves nothing.
+    bool any_master = false;
+    for (uint16_t n : mask_nodes(v.members)) any_master = any_master || !is_witness(n);
+    const bool ok = lease_valid(w, now_ms) && has_node(v.members, self_) && any_master;
+    if (!ok) {
+        if (epoch_ != 0) {
+            log(WorkerLogLevel::Log, "GES (LMS " + std::to_string(index_) +
+                                         "): not a member of epoch " + std::to_string(v.epoch) +
+                                         " with a lease; serving nothing");
+            stop_serving();
+        }
+        member_ = false;
+        return;
+    }
+    member_ = true;
+    if (v.epoch != epoch_) start_epoch(v, now);
+}
+
+// Everything this worker knew is void (the node was fenced, or the
+// worker restarted): waiting backends are told, the rest forgotten.
+void Worker::drop_everything(const char* why) {
+    size_t waiting = 0;
+    for (const ReplayEntry& e : registry_.locks()) {
+        if (e.owner.node != self_ || e.state == LockState::Granted) continue;
+        host_.deliver_denial(e.owner.proc, e.request_id, DenyReason::NoQuorum);
+        waiting++;
+    }
+    log(WorkerLogLevel::Log, "GES (LMS " + std::to_string(index_) + "): " + why + "; dropping " +
+                                 std::to_string(registry_.size()) + " local lock entries (" +
+                                 std::to_string(waiting) + " waiting, denied) and " +
+                                 std::to_string(table_.lock_count()) + " mastered locks");
+    registry_ = ClientRegistry();
+    held_tokens_.clear();
+    mirror_.clear();
+    stop_serving();
+}
+
+void Worker::stop_serving() {
+    table_ = LockTable(self_);
+    tokens_.clear();
+    cancelling_.clear();
+    orphans_.clear();
+    replaying_ = false;
+    round_.finish();
+    epoch_ = 0;
+    live_.assign(1, self_);
+    masters_.assign(1, self_);
+}
+
+void Worker::start_epoch(const View& v, int64_t now) {
+    if (v.epoch < min_epoch_) return;  // a restarted worker waits for a new epoch
+    const std::vector<uint16_t> old = live_;
+    const uint32_t old_epoch = epoch_;
+    epoch_ = v.epoch;
+    live_.clear();
+    masters_.clear();
+    epoch_witnesses_ = host_.witnesses();
+    for (uint16_t n : mask_nodes(v.members)) {
+        live_.push_back(n);
+        if ((epoch_witnesses_ & node_bit(n)) == 0) masters_.push_back(n);
+    }
+    table_ = LockTable(self_);
+    tokens_.clear();
+    table_.begin_replay();
+    replaying_ = true;
+    replay_.clear();
+    for (uint16_t n : live_) replay_[n];
+    barrier_start_ms_ = host_.lease_clock_ms();
+    barrier_deadline_ms_ = barrier_start_ms_ + static_cast<uint64_t>(replay_barrier_bound_ms());
+    barrier_warned_ = false;
+    cancelling_.clear();
+    orphans_.clear();
+    round_.finish();
+    if (old != live_ || old_epoch == 0)
+        log(WorkerLogLevel::Log, "GES (LMS " + std::to_string(index_) + "): epoch " +
+                                     std::to_string(old_epoch) + " " + list_text(old) + " -> " +
+                                     std::to_string(epoch_) + " " + list_text(live_) +
+                                     "; rebuilding the shard");
+    else
+        log(WorkerLogLevel::Debug, "GES (LMS " + std::to_string(index_) + "): epoch " +
+                                       std::to_string(epoch_) + "; rebuilding the shard");
+    // Client side: every master gets our locks it masters now.
+    std::map<uint16_t, std::vector<ReplayEntry>> by_master;
+    for (ReplayEntry e : registry_.locks()) {
+        auto t = held_tokens_.find(Key{e.resource, e.owner});
+        if (t != held_tokens_.end() && e.state != LockState::Waiting) e.token = t->second;
+        by_master[master_for(e.resource, masters_)].push_back(e);
+    }
+    send_replay(by_master, now);
+    // Messages of this epoch that came before we adopted it; those of an
+    // epoch passed over will never be served here.
+    std::vector<Stashed> later;
+    std::vector<Stashed> now_due;
+    for (Stashed& s : stash_) {
+        if (s.m.epoch > epoch_)
+            later.push_back(std::move(s));
+        else if (s.m.epoch == epoch_)
+            now_due.push_back(std::move(s));
+        else
+            drop_future(s.src, s.m, Severity::Info,
+                        "its epoch was never served here (this worker went on to epoch " +
+                            std::to_string(epoch_) + ")");
+    }
+    stash_ = std::move(later);
+    for (Stashed& s : now_due) {
+        if (s.reply)
+            on_reply(s.src, s.m, now);
+        else
+            on_master(s.src, s.m, now);
+    }
+    maybe_end_replay(now);
+}
+
+// Client side of the rebuild: this worker's registry (this node's locks of
+// its shard) to each resource's master, in batches, and then to every member
+// (witnesses too: they check it) the marker its barrier waits for. The
+// marker names this worker, the settings the replay's routing rests on, and
+// how many entries this member was sent, so that a master can tell a
+// complete replay from one with a lost batch or the wrong shard.
+void Worker::send_replay(const std::map<uint16_t, std::vector<ReplayEntry>>& by_master,
+                         int64_t now) {
+    size_t kept = 0, replayed = 0;
+    for (uint16_t member : live_) {
+        uint32_t sent = 0;
+        auto it = by_master.find(member);
+        if (it != by_master.end()) {
+            kept += it->second.size();
+            for (std::vector<uint8_t>& body : encode_replay_messages(it->second, epoch_)) {
+                GesMessage batch;
+                if (decode_ges_message(body.data(), body.size(), &batch) != GesWireError::None)
+                    continue;
+                sent += static_cast<uint32_t>(batch.entries.size());
+                if (member == self_)
+                    on_master(self_, batch, now);
+                else
+                    host_.send(member, GesChannel::Master, index_, std::move(body));
+            }
+        }
+        replayed += sent;
+        GesMessage done;
+        done.type = GesMsgType::ReplayDone;
+        done.epoch = epoch_;
+        done.worker = static_cast<uint16_t>(index_);
+        done.n_workers = static_cast<uint16_t>(std::max<uint32_t>(1, host_.n_lms()));
+        done.replayed = sent;
+        done.witnesses = epoch_witnesses_;
+        std::vector<uint8_t> body;
+        if (encode_ges_message(done, &body) != GesWireError::None) continue;  // 16 workers at most
+        if (member == self_)
+            on_master(self_, done, now);
+        else
+            host_.send(member, GesChannel::Master, index_, std::move(body));
+    }
+    if (replayed != kept) {
+        // An entry the wire cannot carry would be dropped from every
+        // table: say so loudly (it must not happen).
+        const std::string text = "GES (LMS " + std::to_string(index_) + "): epoch " +
+                                 std::to_string(epoch_) + ": " + std::to_string(kept - replayed) +
+                                 " registry entries could not be replayed";
+        log(WorkerLogLevel::Warning, text);
+        host_.record_error(ErrorType::Internal, Severity::Error, -1, text);
+    }
+}
+
+// A message for an epoch this worker has not adopted yet: keep it, for at
+// most peer_timeout and kMaxStash messages.
+void Worker::stash(uint16_t src, const GesMessage& m, bool reply) {
+    if (stash_.size() >= kMaxStash) {
+        drop_future(src, m, Severity::Warning,
+                    "too many messages of epochs not adopted here; asking for a new epoch");
+        host_.request_new_epoch();  // the rebuild recovers what it said
+        return;
+    }
+    stash_.push_back(Stashed{src, reply, m, host_.lease_clock_ms()});
+}
+
+// A message of an epoch this worker did not adopt is dropped: counted, in
+// the errors view, and logged (the first ones at LOG, the rest at DEBUG1).
+void Worker::drop_future(uint16_t src, const GesMessage& m, Severity severity,
+                         const std::string& why) {
+    host_.count_future_epoch_message();
+    const std::string text = std::string(ges_msg_type_name(m.type)) + " of epoch " +
+                             std::to_string(m.epoch) + " from node " + std::to_string(src) +
+                             " dropped: " + why;
+    host_.record_error(ErrorType::FutureEpoch, severity, src, text);
+    const bool loud = severity != Severity::Info && future_logged_++ < 20;
+    log(loud ? WorkerLogLevel::Log : WorkerLogLevel::Debug,
+        "GES (LMS " + std::to_string(index_) + "): " + text);
+}
+
+// A member sends in an epoch only once it is committed, and a committed view
+// reaches every member with its next heartbeats: a message whose epoch is
+// still not adopted here after peer_timeout names an epoch that this node
+// will not serve (or a peer that makes epochs up). Nothing waits forever.
+void Worker::expire_stash() {
+    if (stash_.empty()) return;
+    const uint64_t now_ms = host_.lease_clock_ms();
+    const uint64_t limit = static_cast<uint64_t>(std::max<int64_t>(1, host_.peer_timeout_ms()));
+    size_t n = 0;
+    while (n < stash_.size() && now_ms - stash_[n].since_ms > limit) n++;
+    for (size_t i = 0; i < n; i++)
+        drop_future(stash_[i].src, stash_[i].m, Severity::Warning,
+                    "epoch " + std::to_string(stash_[i].m.epoch) + " not adopted here within " +
+                        std::to_string(limit) + " ms (serving epoch " + std::to_string(epoch_) +
+                        ")");
+    stash_.erase(stash_.begin(), stash_.begin() + static_cast<long>(n));
+}
+
+// Whether a message of epoch e may be acted on now (else it is stashed or refused).
+bool Worker::epoch_ok(uint16_t src, const GesMessage& m, bool reply, int64_t now) {
+    if (m.epoch > epoch_) {
+        check_membership(now);
+        if (m.epoch > epoch_) {  // not adopted yet (or not serving): keep it
+            stash(src, m, reply);
+            return false;
+        }
+    }
+    if (epoch_ == 0) return false;
+    if (m.epoch < epoch_) {
+        host_.count(WorkerCounter::StaleEpochRefused);
+        host_.count_stale_epoch_message();
+        host_.record_error(ErrorType::StaleEpoch, Severity::Info, src,
+                           std::string(ges_msg_type_name(m.type)) + " of epoch " +
+                               std::to_string(m.epoch) + " refused in epoch " +
+                               std::to_string(epoch_));
+        log(WorkerLogLevel::Debug, std::string("GES: ") + ges_msg_type_name(m.type) + " of epoch " +
+                                       std::to_string(m.epoch) + " from node " +
+                                       std::to_string(src) + " refused in epoch " +
+                                       std::to_string(epoch_));
+        return false;
+    }
+    return true;
+}
+
+void Worker::refuse_source(uint16_t src, const GesMessage& m, const char* why) {
+    host_.count(WorkerCounter::WrongSourceRefused);
+    std::string text = std::string("GES: ") + ges_msg_type_name(m.type) + " from node " +
+                       std::to_string(src) + " refused: " + why;
+    if (wrong_source_logged_++ < 20) log(WorkerLogLevel::Log, text);
+    host_.record_error(ErrorType::WrongSource, Severity::Warning, src, text);
+}
+
+// A batch that cannot be taken poisons its sender's replay for the epoch:
+// its marker will not complete the barrier (the rest of the replay would
+// be incomplete), so a new epoch must replay everything again.
+void Worker::refuse_replay(uint16_t src, const GesMessage& m, const std::string& why) {
+    auto it = replay_.find(src);
+    if (it != replay_.end() && it->second.refused.empty()) {
+        it->second.refused = why;
+        it->second.done = false;
+    }
+    refuse_source(src, m, why.c_str());
+}
+
+// A member's marker: its replay to this worker is complete. It counts only
+// from the worker that replays this shard (same index, same worker count),
+// with the same witnesses (the same masters for every resource), after every
+// entry it announces arrived. Anything else is refused by name, and the
+// barrier waits on.
+void Worker::on_replay_done(uint16_t src, const GesMessage& m) {
+    auto it = replay_.find(src);
+    if (it == replay_.end()) return;  // a member is always there
+    ReplaySource& s = it->second;
+    const uint32_t n_lms = std::max<uint32_t>(1, host_.n_lms());
+    std::string mismatch;
+    if (m.n_workers != n_lms)
+        mismatch = "cluster.lms_workers is " + std::to_string(n_lms) + " here, " +
+                   std::to_string(m.n_workers) + " on node " + std::to_string(src);
+    else if (m.worker != index_)
+        mismatch = "LMS worker " + std::to_string(m.worker) + " of node " + std::to_string(src) +
+                   " replayed to LMS worker " + std::to_string(index_) + " here";
+    else if (m.witnesses != epoch_witnesses_)
+        mismatch = "cluster.witness_nodes is " + mask_text(epoch_witnesses_) + " here, " +
+                   mask_text(m.witnesses) + " on node " + std::to_string(src);
+    if (!mismatch.empty()) {
+        // Replayed to the wrong shard, or with other masters for the same
+        // resources: granting from such a table could grant twice.
+        const std::string text = "GES (LMS " + std::to_string(index_) + "): epoch " +
+                                 std::to_string(epoch_) + ": the replay of node " +
+                                 std::to_string(src) + " is refused: config_mismatch: " + mismatch;
+        log(WorkerLogLevel::Warning, text);
+        host_.record_error(ErrorType::ConfigMismatch, Severity::Error, src, text);
+        s.done = false;
+        if (s.refused.empty()) s.refused = "config_mismatch: " + mismatch;
+        return;
+    }
+    if (!s.refused.empty()) return;
+    if (m.replayed != s.entries) {
+        s.refused = std::to_string(s.entries) + " of the " + std::to_string(m.replayed) +
+                    " entries it replayed arrived";
+        log(WorkerLogLevel::Log, "GES (LMS " + std::to_string(index_) + "): epoch " +
+                                     std::to_string(epoch_) + ": the replay of node " +
+                                     std::to_string(src) + " is incomplete: " + s.refused);
+        return;
+    }
+    s.done = true;
+}
+
+int64_t Worker::replay_barrier_bound_ms() {
+    return kBarrierBoundTimeouts * std::max<int64_t>(1, host_.peer_timeout_ms());
+}
+
+void Worker::maybe_end_replay(int64_t now) {
+    if (!replaying_) return;
+    if ((epoch_witnesses_ & node_bit(self_)) != 0) {  // masters nothing: nothing to wait for
+        replaying_ = false;
+        return;
+    }
+    std::vector<uint16_t> missing;
+    for (uint16_t n : live_) {
+        auto it = replay_.find(n);
+        if (it == replay_.end() || !it->second.done) missing.push_back(n);
+    }
+    if (missing.empty()) {
+        replaying_ = false;
+        overdue_attempts_ = 0;
+        dispatch(table_.end_replay(now), now);
+        return;
+    }
+    const uint64_t now_ms = host_.lease_clock_ms();
+    const uint64_t waited = now_ms - barrier_start_ms_;
+    if (!barrier_warned_ && static_cast<int64_t>(waited) > host_.peer_timeout_ms()) {
+        barrier_warned_ = true;
+        log(WorkerLogLevel::Log, "GES (LMS " + std::to_string(index_) + "): epoch " +
+                                     std::to_string(epoch_) + " still waits for the replay of " +
+                                     "node(s) " + list_text(missing) +
+                                     "; their shard is not served until they report or "
+                                     "leave the membership");
+    }
+    if (now_ms >= barrier_deadline_ms_) barrier_overdue(now_ms, missing);
+}
+
+// The barrier has waited kBarrierBoundTimeouts x peer_timeout: a member that
+// went silent would have been voted out by now, so the missing ones are in
+// the membership and yet their replay did not complete (a lost message, a
+// refused replay, a stopped LMS). Only a new epoch can help: every node
+// replays again. If the cause persists, each new epoch's barrier ends the
+// same way after its own bound, with the same named cause; within one epoch
+// the request is repeated once per bound, never faster.
+void Worker::barrier_overdue(uint64_t now_ms, const std::vector<uint16_t>& missing) {
+    const int64_t bound = replay_barrier_bound_ms();
+    barrier_deadline_ms_ = now_ms + static_cast<uint64_t>(bound);
+    overdue_attempts_++;
+    std::string causes;
+    for (uint16_t n : missing) {
+        const ReplaySource& s = replay_[n];
+        causes += "node " + std::to_string(n) + ": " +
+                  (s.refused.empty() ? "no marker arrived" : "refused, " + s.refused) + "; ";
+    }
+    // A new epoch makes every member replay again. If that did not help (a
+    // second overdue barrier in a row), membership decides: this node withholds
+    // its lease echoes from the members it waits for, for three bounds; where a
+    // majority of nodes does the same, the member's lease lapses, it fences,
+    // is voted out and comes back through a new epoch.
+    const bool withhold = overdue_attempts_ >= 2;
+    const std::string text =
+        "GES (LMS " + std::to_string(index_) + "): epoch " + std::to_string(epoch_) +
+        ": replay barrier overdue after " + std::to_string(now_ms - barrier_start_ms_) +
+        " ms: " + causes + "asking for a new epoch" +
+        (withhold ? " and withholding lease echoes from the node(s) above" : "") + " (attempt " +
+        std::to_string(overdue_attempts_) + ", bound " + std::to_string(bound) + " ms)";
+    log(WorkerLogLevel::Warning, text);
+    host_.record_error(ErrorType::BarrierOverdue, Severity::Error,
+                       missing.size() == 1 ? missing[0] : -1, text);
+    if (withhold)
+        for (uint16_t n : missing) host_.withhold_echoes(n, 3 * static_cast<uint64_t>(bound));
+    host_.request_new_epoch();
+}
+
+void Worker::tick(int64_t now) {
+    check_membership(now);
+    expire_stash();
+    maybe_end_replay(now);
+    if (epoch_ != 0 && !replaying_) dispatch(table_.expire(now), now);
+    reap_dead_owners(now);
+    if (epoch_ != 0) deadlock_tick(now);
+}
+
+// ---- the cluster-wide deadlock search (docs/ges.md, "Deadlocks")
+//
+// Every worker: when one of its pending requests has waited longer than
+// cluster.ges_deadlock_timeout (tau), hint the coordinator (LMS 0 of the
+// lowest live node), at most once per tau. The coordinator: when hinted,
+// at most once per tau, ask every live node's every LMS worker for its
+// wait-for edges older than tau (one-way messages, answered at once: no
+// LMS ever waits for another), and when all have answered within tau,
+// cancel each cycle's victim at its master.
+
+int64_t Worker::deadlock_timeout_us() {
+    return std::max<int64_t>(1, host_.deadlock_timeout_ms()) * 1000;
+}
+
+std::vector<WaitForEdge> Worker::old_edges(int64_t now, int64_t min_wait) const {
+    return edges_waiting_at_least(table_.wait_for_edges(), now, min_wait);
+}
+
+void Worker::deadlock_tick(int64_t now) {
+    const int64_t tau = deadlock_timeout_us();
+    if (!replaying_ && now - last_wait_check_ >= std::min(kWaitCheckUs, tau)) {
+        last_wait_check_ = now;
+        const std::optional<int64_t> oldest = table_.oldest_wait_since();
+        if (oldest && now - *oldest >= tau && now - last_hint_ >= tau) {
+            last_hint_ = now;
+            hint_coordinator(now - *oldest);
+        }
+    }
+    if (!is_coordinator()) {
+        round_.finish();
+        hinted_ = false;
+        return;
+    }
+    if (round_.active() && now - round_.started() > tau) {
+        std::string who;
+        for (const DeadlockRound::Source& s : round_.missing())
+            who += " " + std::to_string(s.node) + "/" + std::to_string(s.worker);
+        log(WorkerLogLevel::Debug, "GES deadlock search: round " + std::to_string(round_.id()) +
+                                       " incomplete after " + std::to_string(tau / 1000) +
+                                       " ms (no answer from node/LMS" + who + "); dropped");
+        round_.finish();
+    }
+    if (!round_.active() && hinted_ && now - last_round_ >= tau) start_round(now, tau);
+}
+
+void Worker::hint_coordinator(int64_t age) {
+    const uint16_t coordinator = deadlock_coordinator(live_);
+    if (coordinator == self_ && index_ == 0) {
+        hinted_ = true;
+        return;
+    }
+    GesMessage h;
+    h.type = GesMsgType::WaitHint;
+    h.worker = static_cast<uint16_t>(index_);
+    h.wait_ms = static_cast<uint32_t>(std::min<int64_t>(age / 1000, UINT32_MAX));
+    std::vector<uint8_t> body;
+    if (encode_ges_message(h, &body) == GesWireError::None)
+        host_.send(coordinator, GesChannel::Deadlock, 0, std::move(body));
+}
+
+void Worker::start_round(int64_t now, int64_t tau) {
+    round_id_ = std::max(static_cast<uint64_t>(now), round_id_ + 1);
+    const uint32_t n_lms = std::max<uint32_t>(1, host_.n_lms());
+    std::vector<DeadlockRound::Source> expected;
+    for (uint16_t n : live_)
+        for (uint32_t w = 0; w < n_lms; w++) expected.push_back({n, static_cast<uint16_t>(w)});
+    round_.start(round_id_, expected, now);
+    hinted_ = false;
+    last_round_ = now;
+    GesMessage rq;
+    rq.type = GesMsgType::EdgesRequest;
+    rq.round = round_id_;
+    rq.wait_ms = static_cast<uint32_t>(tau / 1000);
+    std::vector<uint8_t> body;
+    if (encode_ges_message(rq, &body) != GesWireError::None) {
+        round_.finish();
+        return;
+    }
+    for (const DeadlockRound::Source& s : expected) {
+        if (s.node == self_ && s.worker == index_)
+            round_.add(self_, s.worker, round_id_, true, replaying_, old_edges(now, tau));
+        else
+            host_.send(s.node, GesChannel::Deadlock, s.worker, body);
+    }
+    maybe_decide(now);
+}
+
+void Worker::on_deadlock(uint16_t src, const GesMessage& m, int64_t now) {
+    switch (m.type) {
+        case GesMsgType::WaitHint:
+            if (is_coordinator()) hinted_ = true;
+            return;
+        case GesMsgType::EdgesRequest: {
+            const int64_t min_wait = static_cast<int64_t>(m.wait_ms) * 1000;
+            for (std::vector<uint8_t>& body : encode_edges_messages(
+                     m.round, static_cast<uint16_t>(index_), old_edges(now, min_wait), replaying_))
+                host_.send(src, GesChannel::Deadlock, 0, std::move(body));
+            return;
+        }
+        case GesMsgType::Edges:
+            round_.add(src, m.worker, m.round, (m.flags & kEdgesLast) != 0,
+                       (m.flags & kEdgesIncomplete) != 0, m.edges);
+            maybe_decide(now);
+            return;
+        default:
+            log(WorkerLogLevel::Log, std::string("GES: unexpected ") + ges_msg_type_name(m.type) +
+                                         " in the deadlock search, from node " +
+                                         std::to_string(src));
+    }
+}
+
+void Worker::maybe_decide(int64_t now) {
+    if (!round_.complete()) return;
+    const int64_t tau = deadlock_timeout_us();
+    const int64_t took = now - round_.started();
+    if (round_.spoiled() || took > tau) {
+        // Snapshots further apart than tau, or a table being rebuilt:
+        // a cycle in them might not have existed at any one moment.
+        log(WorkerLogLevel::Debug,
+            "GES deadlock search: round " + std::to_string(round_.id()) +
+                (round_.spoiled() ? " spoiled (a table is replaying)" : " took too long") +
+                "; dropped");
+        round_.finish();
+        return;
+    }
+    const size_t n_edges = round_.edges().size();
+    const std::vector<WaitForEdge> victims = find_deadlock_victims(round_.edges());
+    log(WorkerLogLevel::Debug, "GES deadlock search: round " + std::to_string(round_.id()) + ": " +
+                                   std::to_string(n_edges) + " old wait-for edges, " +
+                                   std::to_string(victims.size()) + " cycle(s), " +
+                                   std::to_string(took) + " us");
+    round_.finish();
+    const uint32_t n_lms = std::max<uint32_t>(1, host_.n_lms());
+    for (const WaitForEdge& v : victims) {
+        host_.count(WorkerCounter::ClusterDeadlocks);
+        log(WorkerLogLevel::Log,
+            "GES: deadlock across instances or LMS workers: cancelling the "
+            "request of node " +
+                std::to_string(v.waiter.node) + " pid " + std::to_string(v.waiter.proc) +
+                " for \"" + v.resource.to_string() + "\" (mastered on node " +
+                std::to_string(v.master) + ")");
+        GesMessage c;
+        c.type = GesMsgType::Cancel;
+        c.owner = v.waiter;
+        c.resource = v.resource;
+        c.request_id = v.request_id;
+        c.reason = DenyReason::Deadlock;
+        c.epoch = epoch_;
+        if (v.master == self_ && worker_for(v.resource, n_lms) == index_) {
+            on_master(self_, c, now);
+            continue;
+        }
+        std::vector<uint8_t> body;
+        if (encode_ges_message(c, &body) == GesWireError::None)
+            host_.send(v.master, GesChannel::Master, route_key_for(v.resource), std::move(body));
+    }
+}
+
+// ---- client side: from this node's backends
+
+void Worker::on_client(const GesMessage& m, int64_t now) {
+    const Key k{m.resource, m.owner};
+    if (!member_ && (m.type == GesMsgType::Request || m.type == GesMsgType::Convert)) {
+        // Not a member with a lease (joining, fenced, no quorum): refuse at once.
+        host_.deliver_denial(m.owner.proc, m.request_id, DenyReason::NoQuorum);
+        return;
+    }
+    switch (m.type) {
+        case GesMsgType::Request:
+        case GesMsgType::Convert: {
+            // The backend resends a request after a restart of this worker
+            // (the old process may have taken it unrecorded): one we have
+            // is not new; a grant of it that never reached the slot is
+            // delivered again.
+            auto have = registry_.find(m.owner, m.resource);
+            if (have && have->request_id == m.request_id) {
+                if (have->state == LockState::Granted) {
+                    auto t = held_tokens_.find(k);
+                    host_.deliver_grant(m.owner.proc, m.request_id,
+                                        t != held_tokens_.end() ? t->second : 0);
+                }
+                return;
+            }
+            drop_stale_entry(m, now);
+            if (!registry_.on_request(m.owner, m.resource, m.mode, m.request_id, m.flags, now)) {
+                host_.deliver_denial(m.owner.proc, m.request_id, DenyReason::AlreadyPending);
+                return;
+            }
+            sync(m.owner, m.resource);
+            to_master(m, now);  // outside an epoch, the next epoch's replay carries it
+            return;
+        }
+        case GesMsgType::Release:
+            registry_.on_released(m.owner, m.resource);
+            held_tokens_.erase(k);
+            cancelling_.erase(k);
+            orphans_.erase(k);
+            sync(m.owner, m.resource);
+            to_master(m, now);
+            return;
+        case GesMsgType::ReleaseAll:
+            release_owner(m.owner, now);
+            return;
+        case GesMsgType::Cancel: {
+            auto e = registry_.find(m.owner, m.resource);
+            if (!e || e->state == LockState::Granted ||
+                (m.request_id != 0 && e->request_id != m.request_id))
+                return;  // already answered: the backend handles the outcome
+            const LockMode prior =
+                e->state == LockState::Converting ? e->granted_mode : LockMode::NL;
+            registry_.on_denied(m.owner, m.resource, e->request_id);
+            sync(m.owner, m.resource);
+            cancelling_[k] = Undo{e->request_id, prior};
+            GesMessage c = m;
+            c.request_id = e->request_id;
+            to_master(c, now);
+            return;
+        }
+        default:
+            log(WorkerLogLevel::Log,
+                std::string("GES: unexpected ") + ges_msg_type_name(m.type) + " from a backend");
+    }
+}
+
+// ---- master side
+
+void Worker::on_master(uint16_t src, const GesMessage& m, int64_t now) {
+    if (!epoch_ok(src, m, false, now)) return;
+    if (!std::binary_search(live_.begin(), live_.end(), src)) {
+        refuse_source(src, m, "the node is not a member of this epoch");
+        return;
+    }
+    // The master acts on the authenticated source, not on the body: an
+    // owner is always a backend of the node that sends for it (a deadlock
+    // victim's cancel comes from the search's coordinator).
+    const bool coordinator_cancel =
+        m.type == GesMsgType::Cancel && m.reason == DenyReason::Deadlock;
+    const bool replay = m.type == GesMsgType::Replay || m.type == GesMsgType::ReplayDone;
+    if (!replay && m.owner.node != src && !coordinator_cancel) {
+        refuse_source(src, m, "it names an owner of another node");
+        return;
+    }
+    if (!replay && m.type != GesMsgType::ReleaseAll && master_for(m.resource, masters_) != self_) {
+        refuse_source(src, m, "this node is not the resource's master in this epoch");
+        return;
+    }
+    Events ev;
+    switch (m.type) {
+        case GesMsgType::Request:
+        case GesMsgType::Convert: {
+            LockRequest rq;
+            rq.owner = m.owner;
+            rq.resource = m.resource;
+            rq.mode = m.mode;
+            rq.request_id = m.request_id;
+            rq.flags = m.flags;
+            rq.now = now;
+            rq.deadline = m.timeout_ms ? now + static_cast<int64_t>(m.timeout_ms) * 1000 : 0;
+            ev = m.type == GesMsgType::Request ? table_.request(rq) : table_.convert(rq);
+            break;
+        }
+        case GesMsgType::Release:
+            tokens_.erase(Key{m.resource, m.owner});
+            ev = table_.release(m.owner, m.resource, now);
+            break;
+        case GesMsgType::ReleaseAll:
+            erase_owner(&tokens_, m.owner);
+            ev = table_.release_all(m.owner, now);
+            break;
+        case GesMsgType::Cancel:
+            ev = table_.cancel(m.owner, m.resource, m.request_id, m.reason, now);
+            break;
+        case GesMsgType::Replay: {
+            // The whole batch or nothing: the entries of one sender, of
+            // resources this worker masters in the epoch, before its marker.
+            const uint32_t n_lms = std::max<uint32_t>(1, host_.n_lms());
+            const char* why = nullptr;
+            for (const ReplayEntry& e : m.entries) {
+                if (e.owner.node != src)
+                    why = "a replayed lock names an owner of another node";
+                else if (master_for(e.resource, masters_) != self_)
+                    why = "a replayed lock is not mastered here in this epoch";
+                else if (worker_for(e.resource, n_lms) != index_)
+                    why = "a replayed lock is of another LMS worker's shard";
+                if (why != nullptr) break;
+            }
+            ReplaySource& s = replay_[src];  // src is a member (checked above)
+            if (why == nullptr && s.done) why = "it came after the sender's replay marker";
+            if (why != nullptr) {
+                refuse_replay(src, m, why);
+                return;
+            }
+            const uint64_t conflicts = table_.replay_conflicts();
+            ev = table_.ingest_replay(m.entries, now);
+            if (table_.replay_conflicts() != conflicts) report_replay_conflict(src, m);
+            for (const ReplayEntry& e : m.entries)
+                if (e.state != LockState::Waiting && e.token != 0)
+                    tokens_[Key{e.resource, e.owner}] = e.token;
+            s.entries += m.entries.size();
+            break;
+        }
+        case GesMsgType::ReplayDone:
+            on_replay_done(src, m);
+            break;
+        default:
+            log(WorkerLogLevel::Log, std::string("GES: unexpected ") + ges_msg_type_name(m.type) +
+                                         " from node " + std::to_string(src));
+            return;
+    }
+    dispatch(ev, now);
+    maybe_end_replay(now);
+}
+
+// Two members replayed grants that conflict: a double grant happened
+// before (it must not). Said loudly; the table keeps both, so that
+// neither is granted anything more until one releases.
+void Worker::report_replay_conflict(uint16_t src, const GesMessage& m) {
+    host_.count(WorkerCounter::ReplayConflicts);
+    std::string text = "GES (LMS " + std::to_string(index_) + "): epoch " + std::to_string(epoch_) +
+                       ": a lock replayed by node " + std::to_string(src) +
+                       " conflicts with a granted one (" + std::to_string(m.entries.size()) +
+                       " entries in the batch)";
+    log(WorkerLogLevel::Warning, text);
+    host_.record_error(ErrorType::ReplayConflict, Severity::Error, src, text);
+}
+
+// ---- client side: from masters
+
+void Worker::on_reply(uint16_t src, const GesMessage& m, int64_t now) {
+    if (!epoch_ok(src, m, true, now)) return;
+    // Replies only from the node that masters the resource in this epoch.
+    if (src != master_for(m.resource, masters_) || m.owner.node != self_) {
+        refuse_source(src, m, "it is not the resource's master in this epoch");
+        return;
+    }
+    const Key k{m.resource, m.owner};
+    if (m.type == GesMsgType::Bast) {
+        bast_count_++;
+        return;
+    }
+    auto c = cancelling_.find(k);
+    const bool cancelled = c != cancelling_.end() && c->second.request_id == m.request_id;
+    if (cancelled) cancelling_.erase(c);
+    auto e = registry_.find(m.owner, m.resource);
+    if (m.type == GesMsgType::Grant) {
+        if (cancelled) {
+            // Granted before the cancel reached the master: give it back,
+            // unless a newer request of the owner is already on its way
+            // (the master treats that one as a conversion of this grant).
+            if (e && e->state != LockState::Granted)
+                orphans_[k] = LockMode::NL;
+            else
+                undo(m.owner, m.resource, now);
+            return;
+        }
+        if (!e || (e->state != LockState::Granted && e->request_id != m.request_id)) {
+            // A grant nobody waits for (the backend ended, its request was
+            // dropped): give it back, or the lock would leak.
+            if (!e) undo(m.owner, m.resource, now);
+            return;
+        }
+        if (e->state == LockState::Granted) return;  // a duplicate
+        const LockMode prior = e->state == LockState::Converting ? e->granted_mode : LockMode::NL;
+        registry_.on_granted(m.owner, m.resource, m.request_id, now);
+        orphans_.erase(k);
+        held_tokens_[k] = m.token;
+        sync(m.owner, m.resource);  // before the backend may act on it
+        // (The LMS's own requests, to undo or give back, have no waiter.)
+        if (!(m.request_id & kInternalRequestId) &&
+            !host_.deliver_grant(m.owner.proc, m.request_id, m.token))
+            give_back(m.owner, m.resource, prior, now);
+    } else if (m.type == GesMsgType::Deny) {
+        if (cancelled) return;
+        registry_.on_denied(m.owner, m.resource, m.request_id);
+        sync(m.owner, m.resource);
+        auto o = orphans_.find(k);
+        if (o != orphans_.end()) {
+            orphans_.erase(o);
+            undo(m.owner, m.resource, now);
+        }
+        host_.deliver_denial(m.owner.proc, m.request_id, m.reason);
+    }
+}
+// Rows of this worker's table for the view, with each holder's token.
+uint64_t Worker::token_of(const LockRow& r) const {
+    for (const auto& [k, t] : tokens_)
+        if (k.owner.node == r.owner_node && k.owner.proc == r.proc &&
+            k.resource.to_string() == r.resource)
+            return t;
+    return 0;
+}
+
+// The backend stopped waiting before the grant reached it (its slot was
+// no longer waiting: timeout, cancel, exit): it believes it holds `prior`
+// (NL: nothing). Bring the registry and the master back to that.
+void Worker::give_back(Owner o, const ResourceName& r, LockMode prior, int64_t now) {
+    host_.count(WorkerCounter::LateGrantsUndone);
+    const Key k{r, o};
+    GesMessage m;
+    m.owner = o;
+    m.resource = r;
+    if (prior == LockMode::NL) {
+        registry_.on_released(o, r);
+        held_tokens_.erase(k);
+        m.type = GesMsgType::Release;
+    } else {
+        m.type = GesMsgType::Request;  // a down-conversion: granted at once
+        m.mode = prior;
+        m.request_id = kInternalRequestId | next_internal_id_++;
+        registry_.on_request(o, r, prior, m.request_id, 0, now);
+    }
+    sync(o, r);
+    to_master(m, now);
+}
+
+// The master holds a lock the owner does not believe in: bring the
+// master back to what the registry (= the backend) believes.
+void Worker::undo(Owner o, const ResourceName& r, int64_t now) {
+    host_.count(WorkerCounter::LateGrantsUndone);
+    GesMessage m;
+    m.owner = o;
+    m.resource = r;
+    auto e = registry_.find(o, r);
+    if (!e) {
+        m.type = GesMsgType::Release;
+    } else {
+        m.type = GesMsgType::Request;
+        m.mode = e->granted_mode;
+        m.request_id = kInternalRequestId | next_internal_id_++;
+    }
+    to_master(m, now);
+}
+
+// Outside an epoch nothing is sent: the registry holds the request, and
+// the next epoch's replay carries it to the master.
+void Worker::to_master(const GesMessage& msg, int64_t now) {
+    if (epoch_ == 0) return;
+    GesMessage m = msg;
+    m.epoch = epoch_;
+    const uint16_t master = master_for(m.resource, masters_);
+    if (master == self_) {
+        on_master(self_, m, now);
+        return;
+    }
+    std::vector<uint8_t> body;
+    if (encode_ges_message(m, &body) == GesWireError::None)
+        host_.send(master, GesChannel::Master, route_key_for(m.resource), std::move(body));
+}
+
+// Each grant gets a fencing token: the epoch in the high 32 bits, a
+// counter of this worker's grants in the epoch in the low 32. One master
+// per resource and epoch, and epochs only grow: so a resource's tokens
+// grow strictly across the cluster (docs/ges.md, "Fencing tokens").
+void Worker::dispatch(const Events& ev, int64_t now) {
+    for (const Event& e : ev) {
+        GesMessage r = message_for_event(e);
+        r.epoch = epoch_;
+        if (e.type == EventType::Granted) {
+            if (grant_epoch_ != epoch_) {
+                grant_epoch_ = epoch_;
+                grant_seq_ = 0;
+            }
+            r.token = (static_cast<uint64_t>(epoch_) << 32) | ++grant_seq_;
+            // Far from wrapping (2^32 grants of one worker in one epoch),
+            // ask for a new epoch: tokens must only grow.
+            if (grant_seq_ == (1u << 31)) host_.request_new_epoch();
+            tokens_[Key{e.resource, e.owner}] = r.token;
+        }
+        if (e.owner.node == self_) {
+            on_reply(self_, r, now);
+            continue;
+        }
+        std::vector<uint8_t> body;
+        if (encode_ges_message(r, &body) == GesWireError::None)
+            host_.send(e.owner.node, GesChannel::Reply, route_key_for(e.resource), std::move(body));
+    }
+}
+
+void Worker::handle(WorkerRole role, uint16_t src, const uint8_t* body, size_t len, int64_t now) {
+    GesMessage m;
+    const GesWireError we = decode_ges_message(body, len, &m);
+    if (we != GesWireError::None) {
+        log(WorkerLogLevel::Log, std::string("GES: malformed message from node ") +
+                                     std::to_string(src) + ": " + ges_wire_error_name(we));
+        return;
+    }
+    check_membership(now);
+    switch (role) {
+        case WorkerRole::Client:
+            if (src == self_) on_client(m, now);
+            break;
+        case WorkerRole::Master:
+            on_master(src, m, now);
+            break;
+        case WorkerRole::Reply:
+            on_reply(src, m, now);
+            break;
+        case WorkerRole::Deadlock:
+            on_deadlock(src, m, now);
+            break;
+    }
+}
+
+}  // namespace pgrac::ic::ges

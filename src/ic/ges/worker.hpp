@@ -1,0 +1,275 @@
+// The GES worker of one LMS process: the master side (a LockTable for this
+// worker's shard of the resources this node masters) and the client side (a
+// ClientRegistry of this node's locks in the same shard), driven by GES
+// messages, the clock and the membership. PostgreSQL-free: everything it needs
+// from its process (sending, the membership and lease in shared memory, the
+// backends' wait slots, settings, logging and counters) it asks of a
+// WorkerHost. The LMS glue (src/lms/ges_service.cpp) implements the host over
+// shared memory and the interconnect; the unit tests and the fuzz target
+// implement it in memory.
+//
+// Flow of a lock request (docs/ges.md has the whole story):
+//   backend --Client:Request--> own LMS w (registry.on_request)
+//           --Master:Request--> master's LMS w (table.request)
+//           --Reply:Grant-----> own LMS w (registry.on_granted) --> wait slot
+// A master that is this node is called directly, without a message.
+//
+// One Worker per LMS process; the listener routes by route_key % n_lms, so a
+// resource's messages always meet on the same worker index on every node and
+// the state needs no locking. The worker never sends or logs itself: the host
+// queues what it is given and acts on it after the worker returns (so a host
+// may drain the queue where a C++ exception or a longjmp cannot meet).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ic/base/error_log.hpp"
+#include "ic/ges/client.hpp"
+#include "ic/ges/deadlock.hpp"
+#include "ic/ges/lock_table.hpp"
+#include "ic/ges/wire.hpp"
+#include "ic/membership/membership.hpp"
+#include "ic/ges/registry_mirror.hpp"
+
+namespace pgrac::ic::ges {
+
+// Request ids with bit 63 set are the worker's own (give-backs and undos):
+// no backend waits for them. A backend's ids carry its wait slot and the
+// slot's session tag in bits 62..32 (src/instance/ges_shmem.hpp); the worker compares
+// only the high 32 bits to tell two sessions of one pid apart.
+inline constexpr uint64_t kInternalRequestId = uint64_t{1} << 63;
+
+// Which kind of GES message a body is sent as (the glue maps each to its
+// interconnect message type; all go on the control lane).
+enum class GesChannel : uint8_t {
+    Master,    // client LMS -> master LMS: Request, Convert, Release, ReleaseAll, Cancel, Replay
+    Reply,     // master LMS -> client LMS: Grant, Bast, Deny
+    Deadlock,  // the cluster-wide deadlock search: WaitHint, EdgesRequest, Edges
+};
+
+// Which handler a message arrived at (the interconnect message type).
+enum class WorkerRole : uint8_t {
+    Client,    // from a backend of this node
+    Master,    // GesChannel::Master
+    Reply,     // GesChannel::Reply
+    Deadlock,  // GesChannel::Deadlock
+};
+
+enum class WorkerLogLevel : uint8_t { Debug, Log, Warning };
+
+// Counters the worker bumps (the glue keeps them in shared memory).
+enum class WorkerCounter : uint8_t {
+    DeadOwnersReaped,    // owners whose backend was gone, released by the reaper
+    LateGrantsUndone,    // grants nobody waited for, given back
+    StaleEpochRefused,   // messages of an older epoch refused
+    WrongSourceRefused,  // messages from a node that may not send them
+    ReplayConflicts,     // replayed grants that conflicted with granted ones
+    ClusterDeadlocks,    // victims of the cluster-wide deadlock search
+};
+
+class WorkerHost {
+  public:
+    virtual ~WorkerHost() = default;
+
+    // ---- the interconnect
+    // Queues a one-way GES message (control lane). Sent after the worker returns.
+    virtual void send(uint16_t node, GesChannel channel, uint32_t route_key,
+                      std::vector<uint8_t> body) = 0;
+
+    // ---- membership (ic/membership/membership.hpp), this node's view of it
+    // The lease clock (ic/membership/membership.hpp, lease_now_ms): what lease words are
+    // compared with, and every timer of the worker.
+    virtual uint64_t lease_clock_ms() = 0;
+    // Marks a lapsed lease fenced; true if this call did it (fence_if_lapsed()).
+    virtual bool fence_if_lapsed(uint64_t now_ms) = 0;
+    virtual View committed_view() = 0;
+    virtual uint64_t lease_word() = 0;
+    // Asks the membership for a new epoch with the same members (bump_requests).
+    virtual void request_new_epoch() = 0;
+    // Withholds this node's lease echoes from `node` for `for_ms` (withhold_echoes()).
+    virtual void withhold_echoes(uint16_t node, uint64_t for_ms) = 0;
+    // A GES message of an older epoch was refused (MembershipShared::stale_epoch_messages).
+    virtual void count_stale_epoch_message() = 0;
+    // A GES message of an epoch this worker never adopted was dropped
+    // (MembershipShared::future_epoch_messages); also in the errors view.
+    virtual void count_future_epoch_message() {}
+    // Restarts of LMS worker `worker` that voided this node's locks in its shard.
+    virtual uint32_t shard_fences(uint32_t worker) = 0;
+    virtual uint32_t bump_shard_fences(uint32_t worker) = 0;  // the new value
+    // Witnesses vote and master nothing (cluster.witness_nodes). Every replay
+    // marker carries it and n_lms(): a master refuses one whose differ.
+    virtual NodeMask witnesses() = 0;
+
+    // ---- settings
+    virtual uint32_t n_lms() = 0;               // cluster.lms_workers of this node (>= 1)
+    virtual int64_t peer_timeout_ms() = 0;      // cluster.peer_timeout
+    virtual int64_t deadlock_timeout_ms() = 0;  // cluster.ges_deadlock_timeout
+
+    // ---- the backends' wait slots (src/instance/ges_shmem.hpp)
+    // Completes backend proc's slot if it still waits for request_id; true if delivered.
+    virtual bool deliver_grant(uint32_t proc, uint64_t request_id, uint64_t token) = 0;
+    virtual bool deliver_denial(uint32_t proc, uint64_t request_id, DenyReason reason) = 0;
+    // Whether the backend that sent request_id still has its GES session.
+    virtual bool owner_alive(uint32_t proc, uint64_t request_id) = 0;
+
+    // ---- reporting
+    virtual void log(WorkerLogLevel level, std::string text) = 0;
+    // An entry of the errors view (peer -1: none).
+    virtual void record_error(ErrorType type, Severity severity, int peer,
+                              const std::string& text) = 0;
+    virtual void count(WorkerCounter counter) = 0;
+};
+
+class Worker {
+  public:
+    // `mirror`: the shared-memory copy of this worker's registry (docs/ges.md,
+    // "LMS restart"); it outlives the process.
+    Worker(WorkerHost& host, uint32_t index, uint16_t self, RegistryMirror mirror);
+
+    // A restart of this worker (not its first start since the shared memory
+    // was created): the registry comes back from the mirror (or, if it
+    // overflowed, this node's locks in the shard are voided), and a new epoch
+    // is asked for; nothing is served until it is committed.
+    void start_after_restart(int64_t now);
+    // A message that arrived for `role` from node `src` (authenticated by the
+    // interconnect): decoded as untrusted input, then acted on.
+    void handle(WorkerRole role, uint16_t src, const uint8_t* body, size_t len, int64_t now);
+    // Membership changes and fencing, request deadlines, the reaper, deadlock
+    // rounds (at least every 100 ms).
+    void tick(int64_t now);
+    // Follows the committed view and this node's lease (before every message).
+    void check_membership(int64_t now);
+
+    // Rows of this worker's table for the view; a holder's fencing token.
+    std::vector<LockRow> snapshot() const { return table_.snapshot(); }
+    uint64_t token_of(const LockRow& r) const;
+    const ClientRegistry& registry() const { return registry_; }
+    uint32_t index() const { return index_; }
+    uint32_t epoch() const { return epoch_; }  // 0: serving none
+    bool replaying() const { return replaying_; }
+    // How long a replay barrier may wait for a member's marker before it asks
+    // the membership for a new epoch (kBarrierBoundTimeouts x peer_timeout).
+    int64_t replay_barrier_bound_ms();
+    bool member() const { return member_; }
+    uint64_t basts_received() const { return bast_count_; }
+
+  private:
+    using Key = LockKey;
+    struct Undo {
+        uint64_t request_id;
+        LockMode prior;
+    };
+    struct Stashed {
+        uint16_t src;
+        bool reply;
+        GesMessage m;
+        uint64_t since_ms;  // monotonic: when it arrived
+    };
+    static constexpr size_t kMaxStash = 100000;
+    // What one member owes this worker's replay barrier in the epoch: its LMS
+    // worker of this index replays this shard (worker counts being equal,
+    // which its marker proves), then sends one ReplayDone.
+    struct ReplaySource {
+        uint64_t entries = 0;  // replayed entries accepted from it
+        bool done = false;     // its marker arrived, agreed and counted right
+        std::string refused;   // why its replay cannot complete in this epoch
+    };
+
+    bool is_witness(uint16_t node) { return (host_.witnesses() & node_bit(node)) != 0; }
+    void log(WorkerLogLevel level, std::string text) { host_.log(level, std::move(text)); }
+
+    void sync(Owner o, const ResourceName& r);
+    void reap_dead_owners(int64_t now);
+    void drop_stale_entry(const GesMessage& m, int64_t now);
+    void release_one(Owner o, const ResourceName& r, int64_t now);
+    void release_owner(Owner o, int64_t now);
+    void drop_everything(const char* why);
+    void stop_serving();
+    void start_epoch(const View& v, int64_t now);
+    void stash(uint16_t src, const GesMessage& m, bool reply);
+    void drop_future(uint16_t src, const GesMessage& m, Severity severity, const std::string& why);
+    void expire_stash();
+    bool epoch_ok(uint16_t src, const GesMessage& m, bool reply, int64_t now);
+    void refuse_source(uint16_t src, const GesMessage& m, const char* why);
+    void send_replay(const std::map<uint16_t, std::vector<ReplayEntry>>& by_master, int64_t now);
+    void refuse_replay(uint16_t src, const GesMessage& m, const std::string& why);
+    void on_replay_done(uint16_t src, const GesMessage& m);
+    void maybe_end_replay(int64_t now);
+    void barrier_overdue(uint64_t now_ms, const std::vector<uint16_t>& missing);
+
+    int64_t deadlock_timeout_us();
+    bool is_coordinator() const { return index_ == 0 && deadlock_coordinator(live_) == self_; }
+    std::vector<WaitForEdge> old_edges(int64_t now, int64_t min_wait) const;
+    void deadlock_tick(int64_t now);
+    void hint_coordinator(int64_t age);
+    void start_round(int64_t now, int64_t tau);
+    void maybe_decide(int64_t now);
+
+    void on_client(const GesMessage& m, int64_t now);
+    void on_master(uint16_t src, const GesMessage& m, int64_t now);
+    void report_replay_conflict(uint16_t src, const GesMessage& m);
+    void on_reply(uint16_t src, const GesMessage& m, int64_t now);
+    void on_deadlock(uint16_t src, const GesMessage& m, int64_t now);
+
+    template <typename Map>
+    static void erase_owner(Map* m, Owner o) {
+        for (auto it = m->begin(); it != m->end();)
+            it = it->first.owner == o ? m->erase(it) : std::next(it);
+    }
+    void give_back(Owner o, const ResourceName& r, LockMode prior, int64_t now);
+    void undo(Owner o, const ResourceName& r, int64_t now);
+    void to_master(const GesMessage& msg, int64_t now);
+    void dispatch(const Events& ev, int64_t now);
+
+    WorkerHost& host_;
+    uint32_t index_;
+    uint16_t self_;
+    LockTable table_;
+    ClientRegistry registry_;
+    RegistryMirror mirror_;  // registry_'s copy in shared memory (LMS restart)
+    bool mirror_full_logged_ = false;
+    std::vector<uint16_t> live_{self_};
+    std::vector<uint16_t> masters_{self_};  // live_ without witnesses: who masters resources
+    NodeMask epoch_witnesses_ = 0;          // cluster.witness_nodes as this epoch was adopted
+    // Membership as this worker follows it.
+    uint32_t epoch_ = 0;      // the epoch served (0: none)
+    uint32_t min_epoch_ = 0;  // a restarted worker serves from this epoch on
+    bool member_ = false;     // a member with a valid lease
+    uint32_t fences_seen_ = 0;
+    uint32_t shard_fences_seen_ = 0;
+    std::vector<Stashed> stash_;  // messages of an epoch not adopted yet, oldest first
+    uint64_t future_logged_ = 0;
+    // The replay barrier of the epoch: who owes what, since when (monotonic
+    // ms), when it is overdue next, and how many overdue attempts in a row.
+    std::map<uint16_t, ReplaySource> replay_;
+    uint64_t barrier_start_ms_ = 0;
+    uint64_t barrier_deadline_ms_ = 0;
+    bool barrier_warned_ = false;
+    uint32_t overdue_attempts_ = 0;
+    uint64_t wrong_source_logged_ = 0;
+    // Fencing tokens: of grants made here (master), of locks held here (client).
+    std::map<Key, uint64_t> tokens_;
+    std::map<Key, uint64_t> held_tokens_;
+    uint32_t grant_epoch_ = 0;
+    uint32_t grant_seq_ = 0;
+    std::map<Key, Undo> cancelling_;   // requests cancelled, answer not yet seen
+    std::map<Key, LockMode> orphans_;  // late grants superseded by a newer request
+    bool replaying_ = false;
+    int64_t last_reap_ = 0;
+    uint64_t next_internal_id_ = 1;
+    uint64_t bast_count_ = 0;
+    // Deadlock search: every worker's hinting, and the coordinator's round.
+    int64_t last_wait_check_ = 0;
+    int64_t last_hint_ = 0;
+    bool hinted_ = false;
+    int64_t last_round_ = 0;
+    uint64_t round_id_ = 0;
+    DeadlockRound round_;
+};
+
+}  // namespace pgrac::ic::ges

@@ -1,0 +1,179 @@
+// Frame protection with AES-256-GCM through OpenSSL's EVP interface (see
+// frame_guard.hpp for the modes and the nonce and rekey rules).
+#include "ic/wire/frame_guard.hpp"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/kdf.h>
+
+#include <cstring>
+#include <stdexcept>
+
+#include "ic/wire/codec.hpp"
+#include "ic/wire/crc32c.hpp"
+
+namespace pgrac::ic {
+
+namespace {
+
+constexpr size_t kNonceBytes = 12;  // GCM's natural nonce: 4 zero bytes, then the counter
+constexpr char kRekeyLabel[] = "pgrac-ic v2 rekey";
+
+[[noreturn]] void crypto_failed(const char* what) {
+    throw std::runtime_error(std::string("OpenSSL failed: ") + what);
+}
+
+void put32(uint8_t* p, uint32_t v) {
+    codec::store_le(p, v);
+}
+
+}  // namespace
+
+const char* wire_protection_name(WireProtection p) {
+    switch (p) {
+        case WireProtection::Crc:
+            return "crc";
+        case WireProtection::Mac:
+            return "mac";
+        case WireProtection::Secure:
+            return "secure";
+    }
+    return "unknown";
+}
+
+std::vector<uint8_t> hkdf_sha256(const std::vector<uint8_t>& ikm, const std::vector<uint8_t>& salt,
+                                 const std::vector<uint8_t>& info, size_t out_len) {
+    EVP_PKEY_CTX* ctx = EVP_PKEY_CTX_new_id(EVP_PKEY_HKDF, nullptr);
+    if (ctx == nullptr) crypto_failed("EVP_PKEY_CTX_new_id(HKDF)");
+    std::vector<uint8_t> out(out_len);
+    size_t len = out_len;
+    static const uint8_t kEmpty = 0;
+    const bool ok = EVP_PKEY_derive_init(ctx) > 0 &&
+                    EVP_PKEY_CTX_set_hkdf_md(ctx, EVP_sha256()) > 0 &&
+                    EVP_PKEY_CTX_set1_hkdf_salt(ctx, salt.empty() ? &kEmpty : salt.data(),
+                                                static_cast<int>(salt.size())) > 0 &&
+                    EVP_PKEY_CTX_set1_hkdf_key(ctx, ikm.empty() ? &kEmpty : ikm.data(),
+                                               static_cast<int>(ikm.size())) > 0 &&
+                    EVP_PKEY_CTX_add1_hkdf_info(ctx, info.empty() ? &kEmpty : info.data(),
+                                                static_cast<int>(info.size())) > 0 &&
+                    EVP_PKEY_derive(ctx, out.data(), &len) > 0 && len == out_len;
+    EVP_PKEY_CTX_free(ctx);
+    if (!ok) crypto_failed("HKDF-SHA256");
+    return out;
+}
+
+FrameGuard::FrameGuard(WireProtection mode, const SessionKeys& keys, uint64_t rekey_interval)
+    : mode_(mode), rekey_interval_(rekey_interval == 0 ? kDefaultRekeyInterval : rekey_interval) {
+    if (mode_ == WireProtection::Crc) return;
+    init(send_, keys.send, true);
+    init(recv_, keys.recv, false);
+}
+
+FrameGuard::~FrameGuard() {
+    EVP_CIPHER_CTX_free(send_.ctx);
+    EVP_CIPHER_CTX_free(recv_.ctx);
+    OPENSSL_cleanse(send_.key.data(), send_.key.size());
+    OPENSSL_cleanse(recv_.key.data(), recv_.key.size());
+}
+
+void FrameGuard::init(Direction& d, const std::array<uint8_t, kSessionKeySize>& key, bool encrypt) {
+    d.key = key;
+    d.encrypt = encrypt;
+    if (d.ctx == nullptr) d.ctx = EVP_CIPHER_CTX_new();
+    if (d.ctx == nullptr) crypto_failed("EVP_CIPHER_CTX_new");
+    const int ok =
+        encrypt ? EVP_EncryptInit_ex(d.ctx, EVP_aes_256_gcm(), nullptr, d.key.data(), nullptr)
+                : EVP_DecryptInit_ex(d.ctx, EVP_aes_256_gcm(), nullptr, d.key.data(), nullptr);
+    if (ok != 1) crypto_failed("AES-256-GCM init");
+}
+
+void FrameGuard::begin(Direction& d) {
+    // Both sides count the same frames, so both move to the next key together.
+    const uint64_t due = d.counter / rekey_interval_;
+    if (due != d.generation) {
+        std::vector<uint8_t> ikm(d.key.begin(), d.key.end());
+        std::vector<uint8_t> salt(kRekeyLabel, kRekeyLabel + sizeof kRekeyLabel - 1);
+        std::vector<uint8_t> info(8);
+        codec::store_le(info.data(), due);
+        std::vector<uint8_t> next = hkdf_sha256(ikm, salt, info, kSessionKeySize);
+        std::array<uint8_t, kSessionKeySize> key{};
+        std::memcpy(key.data(), next.data(), key.size());
+        OPENSSL_cleanse(ikm.data(), ikm.size());
+        OPENSSL_cleanse(next.data(), next.size());
+        init(d, key, d.encrypt);
+        d.generation = due;
+    }
+    uint8_t nonce[kNonceBytes] = {};
+    codec::store_le(nonce + 4, d.counter);
+    const int ok = d.encrypt ? EVP_EncryptInit_ex(d.ctx, nullptr, nullptr, nullptr, nonce)
+                             : EVP_DecryptInit_ex(d.ctx, nullptr, nullptr, nullptr, nonce);
+    if (ok != 1) crypto_failed("AES-256-GCM nonce");
+}
+
+void FrameGuard::seal(FrameHeader h, const uint8_t* payload, uint32_t len,
+                      std::vector<uint8_t>* out) {
+    const size_t tag = overhead();
+    h.payload_len = static_cast<uint32_t>(len + tag);
+    out->resize(kFrameHeaderSize + h.payload_len);
+    uint8_t* hdr = out->data();
+    encode_frame_fields(h, hdr);  // crc field zero: this is the AAD
+    uint8_t* body = hdr + kFrameHeaderSize;
+    if (mode_ == WireProtection::Crc) {
+        if (len > 0) std::memcpy(body, payload, len);
+    } else {
+        begin(send_);
+        int n = 0;
+        bool ok = EVP_EncryptUpdate(send_.ctx, nullptr, &n, hdr, kFrameHeaderSize) == 1;
+        if (mode_ == WireProtection::Secure) {
+            ok = ok && (len == 0 || EVP_EncryptUpdate(send_.ctx, body, &n, payload,
+                                                      static_cast<int>(len)) == 1);
+        } else {
+            ok = ok && (len == 0 || EVP_EncryptUpdate(send_.ctx, nullptr, &n, payload,
+                                                      static_cast<int>(len)) == 1);
+            if (len > 0) std::memcpy(body, payload, len);
+        }
+        ok = ok && EVP_EncryptFinal_ex(send_.ctx, body + len, &n) == 1 &&
+             EVP_CIPHER_CTX_ctrl(send_.ctx, EVP_CTRL_GCM_GET_TAG, kFrameTagSize, body + len) == 1;
+        if (!ok) crypto_failed("AES-256-GCM seal");
+        ++send_.counter;
+    }
+    put32(hdr + 20, crc32c(hdr, out->size()));
+}
+
+bool FrameGuard::open(const FrameHeader& h, const uint8_t* payload, const uint8_t** plain,
+                      uint32_t* plain_len) {
+    if (mode_ == WireProtection::Crc) {
+        *plain = payload;
+        *plain_len = h.payload_len;
+        return true;
+    }
+    if (h.payload_len < kFrameTagSize) return false;
+    const uint32_t len = h.payload_len - static_cast<uint32_t>(kFrameTagSize);
+    uint8_t aad[kFrameHeaderSize];
+    encode_frame_fields(h, aad);
+    begin(recv_);
+    int n = 0;
+    uint8_t final_block[16];  // GCM writes nothing here
+    bool ok = EVP_DecryptUpdate(recv_.ctx, nullptr, &n, aad, kFrameHeaderSize) == 1;
+    const uint8_t* out = payload;
+    if (mode_ == WireProtection::Secure) {
+        if (plain_.size() < len + 1) plain_.resize(len + 1);
+        ok = ok && (len == 0 || EVP_DecryptUpdate(recv_.ctx, plain_.data(), &n, payload,
+                                                  static_cast<int>(len)) == 1);
+        out = plain_.data();
+    } else {
+        ok = ok && (len == 0 ||
+                    EVP_DecryptUpdate(recv_.ctx, nullptr, &n, payload, static_cast<int>(len)) == 1);
+    }
+    ok = ok &&
+         EVP_CIPHER_CTX_ctrl(recv_.ctx, EVP_CTRL_GCM_SET_TAG, kFrameTagSize,
+                             const_cast<uint8_t*>(payload + len)) == 1 &&
+         EVP_DecryptFinal_ex(recv_.ctx, final_block, &n) == 1;
+    if (!ok) return false;
+    ++recv_.counter;
+    *plain = out;
+    *plain_len = len;
+    return true;
+}
+
+}  // namespace pgrac::ic

@@ -1,0 +1,93 @@
+// Frame protection after the handshake (cluster.wire_protection):
+//
+//   crc     frames carry CRC32C only (integrity against accidents, not attacks)
+//   mac     every frame also carries a 16-byte AES-256-GCM tag over header and
+//           payload (GMAC): nobody without the session key can inject, alter,
+//           replay, reorder or drop a frame unnoticed; payloads travel in clear
+//   secure  as mac, and the payload is encrypted (AES-256-GCM, header as AAD)
+//
+// Each direction of a connection has its own key (from the handshake's HKDF)
+// and a 64-bit frame counter that both sides advance in step; the GCM nonce is
+// the counter, never sent, so a replayed, reordered or dropped frame fails its
+// tag. Every 2^20 frames both sides derive the next key from the current one
+// (HKDF-Expand), well inside AES-GCM's per-key limits for 64 KiB frames, so no
+// key ever sees a nonce twice and none wears out. A sealed frame's payload_len
+// includes the tag; its CRC covers what is on the wire, so the transports
+// check it as for any frame.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ic/wire/frame.hpp"
+
+typedef struct evp_cipher_ctx_st EVP_CIPHER_CTX;
+
+namespace pgrac::ic {
+
+enum class WireProtection : uint8_t { Crc = 0, Mac = 1, Secure = 2 };
+inline constexpr uint8_t kMaxWireProtection = 2;
+const char* wire_protection_name(WireProtection p);  // "crc", "mac", "secure"
+
+inline constexpr size_t kFrameTagSize = 16;
+inline constexpr size_t kSessionKeySize = 32;  // AES-256
+
+struct SessionKeys {
+    std::array<uint8_t, kSessionKeySize> send{}, recv{};
+};
+
+// HKDF-SHA256 (RFC 5869) through OpenSSL: out_len bytes from ikm, salt and info.
+std::vector<uint8_t> hkdf_sha256(const std::vector<uint8_t>& ikm, const std::vector<uint8_t>& salt,
+                                 const std::vector<uint8_t>& info, size_t out_len);
+
+class FrameGuard {
+  public:
+    // Frames per key before both sides move to the next one.
+    static constexpr uint64_t kDefaultRekeyInterval = uint64_t{1} << 20;
+
+    FrameGuard(WireProtection mode, const SessionKeys& keys,
+               uint64_t rekey_interval = kDefaultRekeyInterval);
+    ~FrameGuard();
+    FrameGuard(const FrameGuard&) = delete;
+    FrameGuard& operator=(const FrameGuard&) = delete;
+
+    WireProtection mode() const { return mode_; }
+    // Bytes a sealed frame adds to the payload (0 in crc mode).
+    size_t overhead() const { return mode_ == WireProtection::Crc ? 0 : kFrameTagSize; }
+
+    // Seals one frame: h describes the plain payload (h.payload_len = len);
+    // out receives header, payload (encrypted in secure mode) and tag, CRC set.
+    void seal(FrameHeader h, const uint8_t* payload, uint32_t len, std::vector<uint8_t>* out);
+    // Checks and opens one received frame (h as decoded: payload_len includes
+    // the tag). On success *plain and *plain_len give the payload without tag
+    // (in secure mode, decrypted into a buffer of the guard's, valid until the
+    // next call). False if the tag does not verify: the frame is forged,
+    // altered, replayed or out of order, and the connection must be dropped.
+    bool open(const FrameHeader& h, const uint8_t* payload, const uint8_t** plain,
+              uint32_t* plain_len);
+
+    uint64_t frames_sealed() const { return send_.counter; }
+    uint64_t frames_opened() const { return recv_.counter; }
+    uint64_t rekeys() const { return send_.generation + recv_.generation; }
+
+  private:
+    struct Direction {
+        EVP_CIPHER_CTX* ctx = nullptr;
+        std::array<uint8_t, kSessionKeySize> key{};
+        uint64_t counter = 0;     // frames so far: the next frame's nonce
+        uint64_t generation = 0;  // keys derived since the handshake
+        bool encrypt = true;
+    };
+    void init(Direction& d, const std::array<uint8_t, kSessionKeySize>& key, bool encrypt);
+    // Sets the nonce for d.counter, moving to the next key first when due.
+    void begin(Direction& d);
+
+    WireProtection mode_;
+    uint64_t rekey_interval_;
+    Direction send_, recv_;
+    std::vector<uint8_t> plain_;
+};
+
+}  // namespace pgrac::ic

@@ -1,0 +1,126 @@
+// The GES wait-slot area (see ges_shmem.hpp).
+extern "C" {
+#include "postgres.h"
+
+#include "access/twophase.h"
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
+#include "storage/proc.h"
+#include "storage/shmem.h"
+}
+
+#include <cstddef>
+#include <cstring>
+
+#include "instance/ges_shmem.hpp"
+#include "ic/base/atomics.hpp"
+
+namespace pgrac::glue {
+
+namespace {
+
+shmem_request_hook_type prev_request = nullptr;
+shmem_startup_hook_type prev_startup = nullptr;
+GesShared* g_ges = nullptr;
+
+uint32_t slot_count() {
+    return static_cast<uint32_t>(MaxBackends + NUM_AUXILIARY_PROCS + max_prepared_xacts);
+}
+
+size_t slots_size() {
+    return MAXALIGN(offsetof(GesShared, slots) + sizeof(GesWaitSlot) * slot_count());
+}
+
+size_t mirror_size() {
+    return MAXALIGN(pgrac::ic::ges::RegistryMirror::bytes_for(kRegistryMirrorCapacity));
+}
+
+// Wait slots, then one registry mirror per possible LMS worker.
+size_t ges_size() {
+    return slots_size() + mirror_size() * pgrac::ic::kMaxLmsWorkers;
+}
+
+void request() {
+    if (prev_request) prev_request();
+    RequestAddinShmemSpace(ges_size());
+}
+
+void startup() {
+    if (prev_startup) prev_startup();
+    LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+    bool found = false;
+    void* region = ShmemInitStruct("pgrac_ic ges", ges_size(), &found);
+    if (!found) {
+        std::memset(region, 0, ges_size());
+        static_cast<GesShared*>(region)->n_slots = slot_count();
+        for (int w = 0; w < pgrac::ic::kMaxLmsWorkers; w++)
+            pgrac::ic::ges::RegistryMirror::create(
+                static_cast<char*>(region) + slots_size() + mirror_size() * w,
+                kRegistryMirrorCapacity);
+    }
+    g_ges = static_cast<GesShared*>(region);
+    LWLockRelease(AddinShmemInitLock);
+}
+
+}  // namespace
+
+void install_ges_shmem() {
+    prev_request = shmem_request_hook;
+    shmem_request_hook = request;
+    prev_startup = shmem_startup_hook;
+    shmem_startup_hook = startup;
+}
+
+GesShared* ges_shared() {
+    return g_ges;
+}
+
+pgrac::ic::ges::RegistryMirror ges_registry_mirror(uint32_t worker) {
+    if (g_ges == nullptr || worker >= static_cast<uint32_t>(pgrac::ic::kMaxLmsWorkers)) return {};
+    return pgrac::ic::ges::RegistryMirror::attach(reinterpret_cast<char*>(g_ges) + slots_size() +
+                                                  mirror_size() * worker);
+}
+
+GesWaitSlot* ges_my_slot() {
+    if (g_ges == nullptr || MyProc == nullptr) return nullptr;
+    const uint32_t i = static_cast<uint32_t>(MyProc->pgprocno);
+    return i < g_ges->n_slots ? &g_ges->slots[i] : nullptr;
+}
+
+bool ges_deliver(int32_t pid, uint64_t request_id, uint32_t outcome, uint64_t token) {
+    uint32_t i, session;
+    if (g_ges == nullptr || pid <= 0 || !ges_request_id_slot(request_id, &i, &session) ||
+        i >= g_ges->n_slots)
+        return false;
+    GesWaitSlot* s = &g_ges->slots[i];
+    if (pgrac::ic::load_acquire(&s->pid) != pid ||
+        pgrac::ic::load_acquire(&s->request_id) != request_id)
+        return false;
+    // Only the slot's waiter reads the token, and only after the word says
+    // Granted; the release store orders it before the compare-and-swap.
+    pgrac::ic::store_release(&s->token, token);
+    uint64_t expected = ges_slot_word(request_id, kGesWaiting);
+    if (!pgrac::ic::compare_exchange(&s->word, &expected, ges_slot_word(request_id, outcome)))
+        return false;
+    pgrac::ic::count((outcome & 0xff) == kGesGranted ? &g_ges->grants_delivered
+                                                     : &g_ges->denials_delivered);
+    SetLatch(&ProcGlobal->allProcs[i].procLatch);
+    return true;
+}
+
+bool ges_owner_alive(int32_t pid, uint64_t request_id) {
+    if (g_ges == nullptr || pid <= 0) return true;
+    uint32_t i, session;
+    if (ges_request_id_slot(request_id, &i, &session) && i < g_ges->n_slots) {
+        const GesWaitSlot* s = &g_ges->slots[i];
+        return pgrac::ic::load_acquire(&s->pid) == pid &&
+               (pgrac::ic::load_acquire(&s->session) & 0xffu) == session;
+    }
+    for (uint32_t k = 0; k < g_ges->n_slots; k++)
+        if (pgrac::ic::load_acquire(&g_ges->slots[k].pid) == pid) return true;
+    return false;
+}
+
+}  // namespace pgrac::glue

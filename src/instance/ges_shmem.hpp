@@ -1,0 +1,110 @@
+// GES wait slots: a small shared-memory area of its own (ShmemInitStruct
+// "pgrac_ic ges"), one slot per PGPROC, through which an LMS worker hands a
+// backend the outcome of its pending global lock request, plus per-node
+// "lost" counters the listener bumps when a peer dies or restarts.
+//
+// Trivially copyable fields only, touched through ic/base/atomics.hpp.
+//
+// A slot's `word` packs (low 32 bits of request_id) << 32 | outcome:
+//   outcome = kGesIdle (0) | kGesWaiting (1) | kGesGranted (2)
+//           | kGesDenied (3) | reason << 8   (ges::DenyReason)
+// The backend arms it (request_id, then word = id32 << 32 | Waiting); an LMS
+// worker completes it with one compare-and-swap from exactly that value; a
+// backend that gives up swaps it back to Idle. Whoever swaps first wins, so a
+// grant is never both delivered and abandoned.
+//
+// A backend's request ids name its slot: bit 63 clear (the LMS's own ids have
+// it set), bits 62..40 = pgprocno + 1, bits 39..32 = the slot's session tag
+// (bumped whenever a new backend takes the slot), bits 31..0 a counter. So the
+// LMS finds the slot of a reply without a scan (and checks pid and id there),
+// and can tell whether the backend that sent a request still exists (the
+// reaper of dead owners, src/lms/ges_service.cpp).
+#pragma once
+
+#include <cstdint>
+
+#include "ic/base/node_list.hpp"
+#include "ic/ges/registry_mirror.hpp"
+#include "ic/shm/shared_state.hpp"
+
+namespace pgrac::glue {
+
+inline constexpr uint32_t kGesIdle = 0;
+inline constexpr uint32_t kGesWaiting = 1;
+inline constexpr uint32_t kGesGranted = 2;
+inline constexpr uint32_t kGesDenied = 3;
+
+struct GesWaitSlot {
+    uint64_t word;
+    uint64_t request_id;  // full id of the armed request
+    uint64_t token;       // fencing token of the grant, written before the word
+    int32_t pid;          // owner of the slot (0: unused)
+    uint32_t session;     // bumped each time a new backend takes the slot
+};
+
+struct GesShared {
+    uint32_t n_slots;
+    uint32_t pad;
+    // Bumped by a restarted LMS worker w: this node's locks in shard w are void
+    // (its previous process took their client side with it).
+    uint32_t shard_fences[pgrac::ic::kMaxLmsWorkers];
+    // Counters for the view and the bench.
+    uint64_t grants_delivered, denials_delivered, late_grants_undone;
+    // Victims the cluster-wide deadlock search cancelled (coordinator side).
+    uint64_t cluster_deadlocks;
+    // Starts of each LMS worker since the shared memory was created: a start
+    // after the first is a restart, which must rebuild the worker's shard.
+    uint32_t lms_starts[pgrac::ic::kMaxLmsWorkers];
+    // Owners whose locks the LMS reaper released (their backend was gone).
+    uint64_t dead_owners_reaped;
+    // GES messages refused: older epoch, from a node that is not a member or
+    // not the resource's master, or naming an owner of another node.
+    uint64_t stale_epoch_refused, wrong_source_refused;
+    // Replayed grants that conflicted with an existing grant (must stay 0).
+    uint64_t replay_conflicts;
+    GesWaitSlot slots[1];  // n_slots of them
+};
+
+inline uint64_t ges_slot_word(uint64_t request_id, uint32_t outcome) {
+    return (request_id << 32) | outcome;
+}
+
+inline constexpr uint64_t kGesInternalId = uint64_t{1} << 63;
+
+// The high 32 bits of a backend's request ids (see above).
+inline uint64_t ges_request_id_base(uint32_t procno, uint32_t session) {
+    return (static_cast<uint64_t>((procno + 1) & 0x7fffffu) << 40) |
+           (static_cast<uint64_t>(session & 0xffu) << 32);
+}
+// The slot index and session tag a request id names; false for an LMS id.
+inline bool ges_request_id_slot(uint64_t id, uint32_t* procno, uint32_t* session) {
+    if (id & kGesInternalId) return false;
+    const uint32_t p = static_cast<uint32_t>(id >> 40) & 0x7fffffu;
+    if (p == 0) return false;
+    *procno = p - 1;
+    *session = static_cast<uint32_t>(id >> 32) & 0xffu;
+    return true;
+}
+
+// Chains the shmem hooks (one call from _PG_init).
+void install_ges_shmem();
+// nullptr if not preloaded.
+GesShared* ges_shared();
+// Entries of each LMS worker's registry mirror (this node's locks and
+// requests in its shard, kept so that a restarted worker gets them back).
+inline constexpr uint32_t kRegistryMirrorCapacity = 16384;
+// Worker w's mirror, in the same shared-memory area (empty if not preloaded).
+pgrac::ic::ges::RegistryMirror ges_registry_mirror(uint32_t worker);
+// This backend's slot (by MyProc->pgprocno); nullptr without MyProc.
+GesWaitSlot* ges_my_slot();
+// Completes the slot of backend `pid` if it is still waiting for request_id.
+// outcome: kGesGranted or kGesDenied | reason << 8. True if delivered (and
+// the backend's latch set).
+// token: the grant's fencing token (0 for a denial).
+bool ges_deliver(int32_t pid, uint64_t request_id, uint32_t outcome, uint64_t token = 0);
+// Whether the backend that sent request_id (pid) still has its GES session: its
+// slot still belongs to pid with the same session tag. For an id that names no
+// slot, whether any slot belongs to pid. Lock-free reads only.
+bool ges_owner_alive(int32_t pid, uint64_t request_id);
+
+}  // namespace pgrac::glue
