@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the Debian package on the host (scripts/build-deb: dpkg-buildpackage
-# -us -uc -b from a copy, lintian), then installs, smoke-tests and removes it
-# in the project's test VM (tests/vm/run-in-vm.sh), never on the host: the
+# -us -uc -b from a copy, lintian), then installs, smoke-tests, runs its
+# autopkgtest (debian/tests) and removes it in the project's test VM
+# (tests/vm/run-in-vm.sh), never on the host: the
 # VM's / is the host's under a tmpfs overlay that is thrown away at power-off.
 # The guest half is smoke_in_guest.sh (what it checks is listed there).
 #
@@ -13,13 +14,14 @@
 #
 # Environment: PGRAC_DEB (an already built .deb: skips the build),
 # PGRAC_DEB_DIR (where scripts/build-deb builds; default /tmp/pgrac-deb),
-# RXE_VM (the VM harness), DEB_VM_TIMEOUT (seconds for the VM, default 900).
+# RXE_VM (the VM harness), DEB_VM_TIMEOUT (seconds for the VM, default 1200),
+# PGRAC_VM_NO_APT=1 (never apt-get install autopkgtest on the host).
 # Exit: 0 pass; 1 a check failed, the build failed, or the VM failed.
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
 vm=${RXE_VM:-$root/tests/vm/run-in-vm.sh}
-timeout=${DEB_VM_TIMEOUT:-900}
+timeout=${DEB_VM_TIMEOUT:-1200}
 pkg=postgresql-15-pgrac-ic
 say() { echo "package_in_vm: $*"; }
 out=""
@@ -33,6 +35,19 @@ start=$(date +%s)
 
 host_status() { dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true; }
 before=$(host_status)
+
+# The guest runs the host's userland, so the autopkgtest it runs on the
+# installed package (debian/tests) must be installed here.
+if ! dpkg-query -W -f='${Status}' autopkgtest 2>/dev/null | grep -q "install ok installed"; then
+    [[ ${PGRAC_VM_NO_APT:-0} != 1 ]] || fail "autopkgtest is not installed (scripts/setup installs it)"
+    say "installing autopkgtest on the host (the guest runs it)"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends autopkgtest \
+        >/tmp/pgrac-deb-apt.log 2>&1 || {
+        apt-get update >>/tmp/pgrac-deb-apt.log 2>&1
+        DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends autopkgtest \
+            >>/tmp/pgrac-deb-apt.log 2>&1
+    } || fail "apt-get install autopkgtest failed (see /tmp/pgrac-deb-apt.log)"
+fi
 
 # ---- build on the host
 deb=${PGRAC_DEB:-}

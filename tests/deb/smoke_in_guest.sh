@@ -16,15 +16,20 @@
 #    peers UP on both, pgrac_ic_ping both ways, the packaged .so mapped;
 # 5. the packaged pgrac_ctl: verify rdma --device rxe0 --json (the host
 #    checks the JSON);
-# 6. apt-get remove, then none of the package's files is left.
-# Writes its logs, verify.json and verify.rc to $RXEVM_OUT. Every wait is
-# bounded. Exit: 0 pass, 1 a check failed.
+# 6. the package's autopkgtest (debian/tests/control) against the installed
+#    package: autopkgtest -B with the null virt server, on a copy of this
+#    tree's debian/ (the tests use installed files only);
+# 7. apt-get remove, then none of the package's files is left.
+# Writes its logs, verify.json, verify.rc and autopkgtest/ (autopkgtest's
+# --output-dir) to $RXEVM_OUT. Every wait is bounded. Exit: 0 pass, 1 a
+# check failed.
 set -uo pipefail
 
 deb=${1:?usage: smoke_in_guest.sh PACKAGE.deb PROBE}
 probe=${2:?usage: smoke_in_guest.sh PACKAGE.deb PROBE}
 out=${RXEVM_OUT:?needs --out (RXEVM_OUT)}
 pkg=postgresql-15-pgrac-ic
+root=$(cd "$(dirname "$0")/../.." && pwd)
 pgbin=/usr/lib/postgresql/15/bin
 w=/tmp/pgrac-deb-smoke
 export DEBIAN_FRONTEND=noninteractive
@@ -162,7 +167,25 @@ $pgbin/pgrac_ctl verify rdma --device rxe0 --json >"$out/verify.json" 2>"$out/ve
 echo $? >"$out/verify.rc"
 say "pgrac_ctl verify rdma --device rxe0: exit $(cat "$out/verify.rc") (the host checks the JSON)"
 
-# ---- 6. remove
+# ---- 6. the autopkgtest, as autopkgtest itself runs it on an installed testbed
+# -B: the package is already installed (step 3), so nothing is built and the
+# test's dependencies (@) are satisfied as they are; null: this VM is the
+# testbed. A skipped test (exit 2) fails too.
+adt_src=$w-adt/pgrac-ic
+mkdir -p "$adt_src" && cp -a "$root/debian" "$adt_src/" || fail "copy of $root/debian"
+say "autopkgtest -B $adt_src -- null (debian/tests/control: $(grep -h '^Tests:' "$root/debian/tests/control" | cut -d' ' -f2- | tr '\n' ' '))"
+timeout 600 autopkgtest -B --timeout-test=300 --output-dir "$out/autopkgtest" "$adt_src" \
+    -- null >"$out/autopkgtest.log" 2>&1
+adt_rc=$?
+grep -E '^smoke: ' "$out/autopkgtest.log" | sed 's/^/    /'
+[[ -f $out/autopkgtest/summary ]] && sed 's/^/    summary: /' "$out/autopkgtest/summary"
+[[ $adt_rc == 0 ]] || {
+    tail -n 30 "$out/autopkgtest.log"
+    fail "autopkgtest exited $adt_rc (2 skipped, 4 failed, 8 no tests, 12 bad package, 16 testbed, 124 timeout)"
+}
+say "autopkgtest: every test of debian/tests/control passed against the installed package"
+
+# ---- 7. remove
 apt-get remove -y -o Dpkg::Use-Pty=0 "$pkg" >"$out/apt-remove.log" 2>&1 ||
     { tail -n 30 "$out/apt-remove.log"; fail "apt-get remove $pkg"; }
 status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null)

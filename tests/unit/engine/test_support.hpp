@@ -485,8 +485,7 @@ class TestNode {
         host_ = std::make_unique<FakeHost>();
         FaultyTransport** slot = &net_;
         engine_ = std::make_unique<Engine>(
-            cfg_, s, *host_,
-            [slot](ic::TransportHandler& h) -> std::unique_ptr<ic::Transport> {
+            cfg_, s, *host_, [slot](ic::TransportHandler& h) -> std::unique_ptr<ic::Transport> {
                 // As the listener configures TCP: small frames until authenticated.
                 tiers::TcpOptions o;
                 o.max_payload = static_cast<uint32_t>(kMessageHeaderSize + 65536 + kFrameTagSize);
