@@ -16,6 +16,8 @@
 #      random single-block fetches from node 2 (the three ways above),
 #      the same blocks with get_raw_page through libpq on node 2; lock + unlock
 #      of a per-client global lock.
+# It ends with the records ges.libpq-vs-advisory and
+# cf.16clients.fetch-vs-getrawpage (scripts/scoreboard).
 # Runs as root (PostgreSQL parts as postgres); removes its cluster on exit.
 #
 #   bench/run_lms.sh [--build-dir DIR] [--iterations 5000] [--seconds 5]
@@ -38,7 +40,7 @@ while [[ $# -gt 0 ]]; do
         --seconds) SECONDS_TPS="$2"; shift 2 ;;
         --markdown) MARKDOWN="$2"; shift 2 ;;
         --max-seconds) MAX_SECONDS="$2"; shift 2 ;;
-        -h | --help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+        -h | --help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
 done
@@ -66,6 +68,7 @@ start_node 2 "$PG2" "$NODE_CONF"
 psql_n "$PG1" "CREATE EXTENSION pgrac_ic"
 psql_n "$PG2" "CREATE EXTENSION pgrac_ic"
 wait_peers_up
+mapfile -t SETTINGS < <(scoreboard_settings "$PG1")  # for the records
 # The GES start-up replay barrier is over once a NOWAIT lock is answered.
 psql_n "$PG1" "SELECT pgrac_ges_lock('warmup', 'EX', 0), pgrac_ges_unlock('warmup')" >/dev/null
 # Load the whole relation into node 2's buffer pool (a fetch then measures
@@ -121,6 +124,7 @@ serve_in_place on
 out=$(timeout 300 "$LIBPQ_LATENCY" --conninfo "$CONN1" --iterations "$ITER" --warmup 1000 \
     --query "SELECT pg_advisory_lock(1), pg_advisory_unlock(1)" --mode prepared)
 row "libpq pg_advisory_lock + unlock (one statement)" "$(kv p50_us <<<"$out")" "$(kv p99_us <<<"$out")"
+ADV_P50=$(kv p50_us <<<"$out")
 line=$(psql_n "$PG1" "SELECT round(p50_us::numeric, 1) || ' ' || round(p99_us::numeric, 1)
                       FROM pgrac_ges_bench('$RES', 'EX', $ITER)")
 read -r p50 p99 <<<"$line"
@@ -133,6 +137,7 @@ row "pgrac_ges_lock + unlock, master node 1 (own node)" "$p50" "$p99"
 out=$(timeout 300 "$LIBPQ_LATENCY" --conninfo "$CONN1" --iterations "$ITER" --warmup 1000 \
     --query "SELECT pgrac_ges_lock('$RES'), pgrac_ges_unlock('$RES')" --mode prepared)
 row "libpq pgrac_ges_lock + unlock (one statement), master node 2" "$(kv p50_us <<<"$out")" "$(kv p99_us <<<"$out")"
+GES_P50=$(kv p50_us <<<"$out")
 
 log "throughput (${SECONDS_TPS}s per point)"
 cat >"$WORK/fetch.sql" <<'EOF'
@@ -151,6 +156,7 @@ SELECT pg_advisory_lock(:client_id), pg_advisory_unlock(:client_id);
 EOF
 chown "$PGUSER_OS": "$WORK"/*.sql
 TPS=()
+declare -A TPSV  # TPSV[clients,script]: transactions/s, for the records
 for c in 1 4 16; do
     line="| $c"
     for s in fetch fetch_nolanes fetch_lms raw lock adv; do
@@ -165,6 +171,7 @@ for c in 1 4 16; do
             sed -n 's/^tps = \([0-9.]*\).*/\1/p')
         [[ $s == fetch_lms ]] && serve_in_place on
         line="$line | ${tps%.*}"
+        TPSV[$c,$s]=$tps
     done
     TPS+=("$line |")
     log "clients $c: $line"
@@ -188,3 +195,11 @@ machine_cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
     printf '%s\n' "${TPS[@]}"
 } | tee "$WORK/report.md"
 if [[ -n "$MARKDOWN" ]]; then cp "$WORK/report.md" "$MARKDOWN"; fi
+
+# ---- records (scripts/scoreboard): GES through libpq against pg_advisory_lock
+# through libpq; 16 clients, blocks/s through pgrac_fetch_block (the default
+# path) against get_raw_page on node 2
+echo
+scoreboard_record ges.libpq-vs-advisory --figure "$GES_P50" --baseline "$ADV_P50" "${SETTINGS[@]}"
+scoreboard_record cf.16clients.fetch-vs-getrawpage --figure "${TPSV[16,fetch]:-}" \
+    --baseline "${TPSV[16,raw]:-}" "${SETTINGS[@]}"

@@ -24,6 +24,8 @@
 #        is there when it first looks, most SELECT 1 under load).
 # Ratios are taken only between like things (the same timing point, the same
 # kind of client); the report names the difference in waiting policy.
+# It ends with the records tier3.scaling.requesters-16 and .instances-8
+# (scripts/scoreboard) when --clients and --instances include 16 and 8.
 #
 # Runs as root; the PostgreSQL parts run as the postgres user. Creates its own
 # temporary clusters in /tmp and removes them on exit.
@@ -51,7 +53,7 @@ PGBIN="${PGBIN:-/usr/lib/postgresql/15/bin}"
 PGUSER_OS=postgres
 
 usage() {
-    sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 }
 COMMAND_LINE="bench/run_scaling.sh $*"
@@ -239,9 +241,9 @@ done
 # ---- report
 machine_cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
 REPORT=$(python3 - "$INST" "$MSG" "$REQ" "$FIRST_N" "$BUSY_POLL" "$(nproc)" "$SECS" "$PIPELINE" \
-    "$TCP_PATHS" <<'PY'
+    "$TCP_PATHS" "$WORK/records.tsv" <<'PY'
 import statistics, sys
-inst_f, msg_f, req_f, first_n, busy_poll, ncpu, secs, pipeline, tcp_paths = sys.argv[1:]
+inst_f, msg_f, req_f, first_n, busy_poll, ncpu, secs, pipeline, tcp_paths, records_f = sys.argv[1:]
 rows = lambda f: [l.rstrip("\n").split("\t") for l in open(f) if l.strip()]
 med = statistics.median
 def span(xs, fmt="{:.0f}"):
@@ -342,6 +344,16 @@ print("requesters and echo processes block in `recv()`, and so do the libpq clie
 print(f"the backends serving `SELECT 1` between statements. On a VM where a wakeup across CPUs is")
 print("expensive this favours pgrac_ic at few requesters; with more requesters than CPUs")
 print(f"({ncpu} here) a poller takes CPU time the others could use.")
+# For the records (scripts/scoreboard): 16 requesters' rates, and the 64 B p50
+# per round at 8 instances (each against raw TCP), when this run measured them.
+with open(records_f, "w") as out:
+    if (16, "ic") in q and (16, "tcp") in q:
+        out.write(f"requesters-16\tpair\t{q[(16, 'ic')][0]}/{q[(16, 'tcp')][0]}\n")
+    if 8 in ns:
+        m = {(int(x[1]), x[2]): float(x[3]) for x in msg if int(x[0]) == 8}
+        pairs = [f"{m[(k, 'ic')]}/{m[(k, 'tcp')]}" for k in sorted({k for k, _ in m})
+                 if (k, "ic") in m and (k, "tcp") in m]
+        out.write(f"instances-8\trounds\t{' '.join(pairs)}\n")
 PY
 )
 {
@@ -356,3 +368,15 @@ PY
     echo "$REPORT"
 } | tee "$WORK/report.md"
 if [[ -n "$MARKDOWN" ]]; then cp "$WORK/report.md" "$MARKDOWN"; fi
+
+# ---- records (scripts/scoreboard): tier3.scaling.requesters-16, .instances-8
+echo
+while IFS=$'\t' read -r kind how value; do
+    if [[ $how == rounds ]]; then
+        args=(--rounds "$value")
+    else
+        args=(--figure "${value%/*}" --baseline "${value#*/}")
+    fi
+    scoreboard_record "tier3.scaling.$kind" "${args[@]}" --setting "cluster.wire_protection=$WIRE" \
+        --setting "cluster.busy_poll_us=$BUSY_POLL"
+done <"$WORK/records.tsv"

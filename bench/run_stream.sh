@@ -10,6 +10,7 @@
 # at 64 B (GES-sized), 512 B and 8192 B (block-sized). Every measurement runs
 # --rounds times, interleaved; the table reports the median over rounds and
 # the spread (min-max), and the ratio to raw TCP taken within each round.
+# It ends with the record tier3.stream8k.vs-raw.PROTECTION (scripts/scoreboard).
 #
 # Runs as root; the PostgreSQL parts run as the postgres user. Creates its own
 # temporary two-instance cluster and removes it on exit.
@@ -36,7 +37,7 @@ PGBIN="${PGBIN:-/usr/lib/postgresql/15/bin}"
 PGUSER_OS=postgres
 
 usage() {
-    sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 }
 
@@ -87,6 +88,8 @@ psql_n "$PG2" "CREATE EXTENSION pgrac_ic;"
 
 log "waiting for the peers to be UP"
 wait_peers_up
+mapfile -t SETTINGS < <(scoreboard_settings "$PG1")  # for the record
+PROT=$(psql_n "$PG1" "SHOW cluster.wire_protection")
 psql_n "$PG1" "SELECT messages_sent FROM pgrac_ic_stream(2, 64, $WARMUP)" >/dev/null
 NOTES_BEFORE=$(psql_n "$PG2" "SELECT notes_recv FROM pg_cluster_ic_peers WHERE node_id = 1")
 
@@ -169,3 +172,9 @@ if [[ -n "$MARKDOWN" ]]; then cp "$WORK/report.md" "$MARKDOWN"; fi
 echo
 echo "per-round results (what, size, messages, round, msgs/s, MB/s):"
 cat "$RESULTS"
+
+# ---- record (scripts/scoreboard): 8 KiB msgs/s against raw TCP, per round
+ROUNDS_8K=$(awk -F'\t' '$2 == 8192 { v[$4, ($1 == "raw TCP stream")] = $5 }
+    END { for (r = 1; ((r, 0) in v) && ((r, 1) in v); r++) printf "%s/%s ", v[r, 0], v[r, 1] }' "$RESULTS")
+echo
+scoreboard_record "tier3.stream8k.vs-raw.$PROT" --rounds "$ROUNDS_8K" "${SETTINGS[@]}"

@@ -12,6 +12,8 @@
 #      request to an LMS worker and takes the reply back), in the same rounds
 # Every measurement runs --rounds times, interleaved; the table reports the
 # median over rounds of each round's p50/p99, and the p50 spread (min-max).
+# It ends with the records of its three verdicts (scripts/scoreboard):
+# tier3.{rpc64.pinned,fetch.pinned,rpc64.cpu0}.PROTECTION, per-round pairs.
 #
 # Runs as root; the PostgreSQL parts run as the postgres user. Creates its own
 # temporary two-instance cluster and removes it on exit.
@@ -37,7 +39,7 @@ PGBIN="${PGBIN:-/usr/lib/postgresql/15/bin}"
 PGUSER_OS=postgres
 
 usage() {
-    sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 }
 
@@ -93,6 +95,9 @@ psql_n "$PG2" "CREATE EXTENSION pgrac_ic; SELECT count(*) FROM t;"
 log "waiting for the peers to be UP"
 wait_peers_up
 psql_n "$PG1" "SELECT pgrac_ic_ping(2); SELECT pgrac_ic_ping(1);" >/dev/null
+# What the records name (the targets are per protection mode).
+mapfile -t SETTINGS < <(scoreboard_settings "$PG1")
+PROT=$(psql_n "$PG1" "SHOW cluster.wire_protection")
 
 # ---- measurements
 # Placement matters a lot on a small VM: a wakeup across CPUs costs far more
@@ -261,7 +266,7 @@ done
 
 # ---- report
 machine_cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
-REPORT=$(python3 - "$RESULTS" <<'PY'
+REPORT=$(python3 - "$RESULTS" "$WORK/pairs.tsv" <<'PY'
 import statistics, sys
 rows, order = {}, []
 for line in open(sys.argv[1]):
@@ -352,6 +357,14 @@ LANES_OFF = IC64 + " (requester_lanes off: through both listeners)"
 for grp, name, size in (("sched", "as placed", 64), ("sched", "as placed", 8192), ("cpu0", "CPU 0", 64)):
     t = line(grp, IC64, size, LANES_OFF, size)
     print(f"- pgrac_ic {size} B on a requester lane / through both listeners, {name}: {fmt(t)}")
+# For the records (scripts/scoreboard): the verdicts' pairs, "figure/baseline" per round.
+with open(sys.argv[2], "w") as out:
+    for kind, num, den in (("rpc64.pinned", ("pin", IC64, 64), ("spin", "raw TCP ping-pong", 64)),
+                           ("fetch.pinned", ("pin", FETCH, 8192), RAW_FETCH),
+                           ("rpc64.cpu0", ("cpu0", IC64, 64), ("cpu0", "raw TCP ping-pong", 64))):
+        if num in rows and den in rows:
+            pairs = [f"{rows[num][r][0]}/{rows[den][r][0]}" for r in sorted(rows[num]) if r in rows[den]]
+            out.write(f"{kind}\t{' '.join(pairs)}\n")
 PY
 )
 {
@@ -367,3 +380,9 @@ if [[ -n "$MARKDOWN" ]]; then cp "$WORK/report.md" "$MARKDOWN"; fi
 echo
 echo "per-round results (group, what, size, round, p50, p99, p999 µs):"
 cat "$RESULTS"
+
+# ---- records (bench/results/tier3.KIND.PROTECTION.json): the three verdicts
+echo
+while IFS=$'\t' read -r kind pairs; do
+    scoreboard_record "tier3.$kind.$PROT" --rounds "$pairs" "${SETTINGS[@]}"
+done <"$WORK/pairs.tsv"

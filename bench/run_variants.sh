@@ -18,6 +18,9 @@
 #                         [--iterations 5000] [--rounds 3] [--markdown FILE]
 #                         [--max-seconds 900]
 #   bench/run_protection.sh [...]: the three cluster.wire_protection modes
+# With SCOREBOARD_PROTECTION=1 (run_protection.sh sets it) and variants named
+# crc, mac and secure, it ends with the records protection.{rpc64,fetch8k}.
+# {mac,secure}-vs-crc (scripts/scoreboard): each p50 against crc's, per round.
 set -euo pipefail
 
 SRC_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -37,7 +40,7 @@ while [[ $# -gt 0 ]]; do
         --rounds) ROUNDS="$2"; shift 2 ;;
         --markdown) MARKDOWN="$2"; shift 2 ;;
         --max-seconds) MAX_SECONDS="$2"; shift 2 ;;
-        -h | --help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+        -h | --help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
 done
@@ -156,4 +159,19 @@ if [[ -n "$MARKDOWN" ]]; then
         echo
         echo "$TABLE"
     } >"$MARKDOWN"
+fi
+
+# ---- records (scripts/scoreboard), for run_protection.sh
+if [[ "${SCOREBOARD_PROTECTION:-}" == 1 && -n "${R[crc,rpc]:-}" ]]; then
+    p50s() { printf '%s' "$1" | awk 'NF { print $1 }'; }
+    for what in rpc blk; do
+        id=rpc64
+        if [[ $what == blk ]]; then id=fetch8k; fi
+        for m in mac secure; do
+            [[ -n "${R[$m,$what]:-}" ]] || continue
+            rounds=$(paste -d/ <(p50s "${R[$m,$what]}") <(p50s "${R[crc,$what]}") | paste -sd' ')
+            scoreboard_record "protection.$id.$m-vs-crc" --rounds "$rounds" \
+                --setting "cluster.wire_protection=$m"
+        done
+    done
 fi

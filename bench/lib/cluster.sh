@@ -14,6 +14,9 @@
 # cluster_init; start_node I "${PGP[I]}" for each; wait_all_up "${PGP[@]:1}";
 # stop_nodes TAG ends them, and cluster_ports_n M then starts another cluster
 # from the same base.
+# Result records (bench/README.md, "Records and the scoreboard"): at its end a
+# script calls scoreboard_record once per target it measured, with the
+# settings scoreboard_settings reads from an instance.
 
 log() { echo "[$BENCH_NAME $(date +%H:%M:%S)] $*" >&2; }
 as_pg() { runuser -u "$PGUSER_OS" -- "$@"; }
@@ -214,4 +217,31 @@ wait_all_up() {
     done
     echo "no membership view of all $n nodes after 60 s" >&2
     exit 1
+}
+
+# ---- result records: bench/results/TARGET.json through scripts/scoreboard
+# scoreboard_record TARGET ARGS...: one record of this run (ARGS: --figure X
+# [--baseline Y] or --rounds "F/B F/B ...", --setting K=V ..., --note TEXT),
+# with the command line COMMAND_LINE, PGRAC_BENCH_CONF in front when set. A
+# record the scoreboard refuses (a setting its target is not measured with,
+# say) is reported and the run goes on: the printed report stands either way.
+scoreboard_record() {
+    local cmd="$COMMAND_LINE" conf="${PGRAC_BENCH_CONF:-}"
+    if [[ -n "$conf" ]]; then
+        if [[ "$conf" =~ ^[^\"\$\`\\]*$ && "$conf" != *$'\n'* ]]; then
+            cmd="PGRAC_BENCH_CONF=\"$conf\" $cmd"
+        else
+            cmd="PGRAC_BENCH_CONF=$(printf '%q' "$conf") $cmd"
+        fi
+    fi
+    python3 "$SRC_DIR/scripts/scoreboard" record --target "$@" --command "$cmd" ||
+        echo "[$BENCH_NAME] no record for $1 (above)" >&2
+}
+# scoreboard_settings PGPORT: "--setting K=V" for the settings the targets
+# name, as the instance reports them (one word a line, for mapfile).
+scoreboard_settings() {
+    local k
+    for k in cluster.wire_protection cluster.busy_poll_us; do
+        printf -- '--setting\n%s=%s\n' "$k" "$(psql_n "$1" "SHOW $k")"
+    done
 }

@@ -1,5 +1,5 @@
 // SQL interface of the Global Enqueue Service: session-level global locks
-// (as pg_advisory_lock) through the C API (src/capi/ges/lock.hpp), where a
+// (as pg_advisory_lock) through the C API (src/capi/ges/lock_client.hpp), where a
 // resource is mastered, the cluster-wide lock view, and the lock benchmark.
 extern "C" {
 #include "postgres.h"
@@ -26,9 +26,7 @@ PG_FUNCTION_INFO_V1(pgrac_ges_lock_token);
 #include <cstring>
 #include <vector>
 
-#include "capi/ges/held.hpp"
-#include "capi/ges/lock.hpp"
-#include "capi/ges/names.hpp"
+#include "capi/ges/lock_client.hpp"
 #include "instance/guc.hpp"
 #include "ic/ges/types.hpp"
 #include "ic/wire/message_types.hpp"
@@ -191,7 +189,8 @@ Datum pgrac_ges_bench(PG_FUNCTION_ARGS) {
     if (iterations < 1 || iterations > 10000000)
         ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                         errmsg("iterations must be between 1 and 10000000")));
-    if (ges_find_held(r) != nullptr)
+    uint64_t held_token;
+    if (ges_held_token(r, &held_token))
         ereport(ERROR, (errcode(ERRCODE_OBJECT_IN_USE),
                         errmsg("release the lock before benchmarking it")));
     uint64_t* samples = static_cast<uint64_t*>(palloc(sizeof(uint64_t) * iterations));

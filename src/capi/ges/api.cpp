@@ -1,13 +1,12 @@
 // The global lock functions of the C API (include/pgrac_ic/pgrac_ic.h) for
-// upper layers: names and modes checked, then src/capi/ges/lock.hpp. Like
+// upper layers: names and modes checked, then src/capi/ges/lock_client.hpp. Like
 // every PostgreSQL function they report failures with ereport; no C++
 // exception leaves them (the code below them encodes under guarded()).
 extern "C" {
 #include "postgres.h"
 }
 
-#include "capi/ges/lock.hpp"
-#include "capi/ges/names.hpp"
+#include "capi/ges/lock_client.hpp"
 #include "capi/send_path.hpp"
 
 using namespace pgrac::glue;

@@ -1,3 +1,7 @@
+// The waiting half of a global lock request (lock_wait.hpp): the backend's
+// wait slot, the latch wait for the answer its LMS delivers, the withdraw on
+// timeout, cancel or error, and the exit hook. The request itself is
+// lock_client.cpp's.
 extern "C" {
 #include "postgres.h"
 
@@ -9,9 +13,8 @@ extern "C" {
 #include "utils/wait_event.h"
 }
 
-#include "capi/ges/held.hpp"
-#include "capi/ges/send.hpp"
-#include "capi/ges/wait.hpp"
+#include "capi/ges/lock_client.hpp"
+#include "capi/ges/lock_wait.hpp"
 #include "ic/base/atomics.hpp"
 #include "instance/shmem.hpp"
 

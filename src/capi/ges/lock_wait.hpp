@@ -1,8 +1,9 @@
-// A backend's GES wait slot (src/instance/ges_shmem.hpp) and the one request it waits
-// for: taking the slot for this session, arming it, waiting on the latch for
-// the answer the local LMS delivers, and withdrawing the request (timeout,
+// The waiting half of a global lock request, for lock_client.cpp: a
+// backend's GES wait slot (src/instance/ges_shmem.hpp) and the one request it
+// waits for: taking the slot for this session, arming it, waiting on the latch
+// for the answer the local LMS delivers, and withdrawing the request (timeout,
 // cancel, error). Also the backend's exit hook, which releases the session's
-// locks.
+// locks. As PostgreSQL's lock.c hands only the sleeping to proc.c.
 #pragma once
 
 #include <cstdint>

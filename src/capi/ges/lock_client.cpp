@@ -1,0 +1,418 @@
+// The backend's side of a global lock (lock_client.hpp), top to bottom: names
+// and modes, the session's held table, the send to this node's LMS, then
+// ges_lock / ges_unlock / ges_unlock_all. Everything here may raise a
+// PostgreSQL error and holds only trivially destructible locals; the one
+// piece of C++ that allocates (the GES wire encoding, a std::vector) runs in
+// encode_msg() under guarded().
+extern "C" {
+#include "postgres.h"
+
+#include "miscadmin.h"
+}
+
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "capi/errors.hpp"
+#include "capi/ges/lock_client.hpp"
+#include "capi/ges/lock_wait.hpp"
+#include "ic/base/atomics.hpp"
+#include "ic/ges/wire.hpp"
+#include "ic/wire/message_types.hpp"
+#include "instance/ges_shmem.hpp"
+#include "instance/guc.hpp"
+#include "instance/pg_boundary.hpp"
+#include "instance/shmem.hpp"
+
+using namespace pgrac::ic;
+using namespace pgrac::ic::ges;
+
+namespace pgrac::glue {
+
+// ---- names and modes, checked
+
+ResourceName ges_text_resource(const char* p, int len) {
+    ResourceName r;
+    if (len < 1 || len > static_cast<int>(kMaxResourceText) || memchr(p, 0, len) != nullptr)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("global lock resource names are 1 to %d bytes",
+                               static_cast<int>(kMaxResourceText))));
+    r.kind = ResourceKind::Text;
+    r.len = static_cast<uint8_t>(len);
+    memset(r.data, 0, sizeof r.data);
+    memcpy(r.data, p, len);
+    return r;
+}
+
+ResourceName ges_api_resource(const char* resource) {
+    if (resource == nullptr)
+        ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                        errmsg("global lock resource name must not be NULL")));
+    return ges_text_resource(resource, static_cast<int>(strnlen(resource, 4096)));
+}
+
+LockMode ges_api_mode(pgrac_ges_mode mode) {
+    if (static_cast<int>(mode) < 0 || static_cast<int>(mode) >= kLockModeCount)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("invalid global lock mode %d", static_cast<int>(mode))));
+    return static_cast<LockMode>(mode);
+}
+
+void ges_resource_text(const ResourceName& r, char* out, size_t cap) {
+    if (r.is_text())
+        snprintf(out, cap, "%.*s", static_cast<int>(r.len), reinterpret_cast<const char*>(r.data));
+    else
+        snprintf(out, cap, "#%lld", static_cast<long long>(r.int_value()));
+}
+
+// ---- the send: one GES message to this node's LMS worker for the resource
+
+namespace {
+
+constexpr int kEncodeMax = 256;
+
+Owner my_owner() {
+    return Owner{static_cast<uint16_t>(pgrac_node_id), static_cast<uint32_t>(MyProcPid)};
+}
+
+// Encodes one GES message into out (kEncodeMax bytes); returns its length,
+// 0 on failure (message in err).
+size_t encode_msg(GesMsgType type, const ResourceName* r, LockMode mode, uint64_t request_id,
+                  uint8_t flags, uint32_t timeout_ms, DenyReason reason, uint8_t* out, char* err,
+                  size_t errlen) {
+    size_t n = 0;
+    const bool ok = guarded(
+        [&] {
+            GesMessage m;
+            m.type = type;
+            m.owner = my_owner();
+            if (r) m.resource = *r;
+            m.mode = mode;
+            m.request_id = request_id;
+            m.flags = flags;
+            m.timeout_ms = timeout_ms;
+            m.reason = reason;
+            std::vector<uint8_t> body;
+            const GesWireError e = encode_ges_message(m, &body);
+            if (e != GesWireError::None || body.size() > kEncodeMax)
+                throw std::runtime_error(std::string("cannot encode GES message: ") +
+                                         ges_wire_error_name(e));
+            std::memcpy(out, body.data(), body.size());
+            n = body.size();
+        },
+        err, errlen);
+    return ok ? n : 0;
+}
+
+}  // namespace
+
+uint32_t ges_shard_of(const ResourceName& r) {
+    pgrac::ic::IcShared* shm = shared();
+    return shm && shm->n_lms ? worker_for(r, shm->n_lms) : 0;
+}
+
+int ges_send_client(GesMsgType type, const ResourceName* r, uint32_t route_key, LockMode mode,
+                    uint64_t request_id, uint8_t flags, uint32_t timeout_ms, DenyReason reason,
+                    int wait_ms) {
+    uint8_t body[kEncodeMax];
+    char err[256];
+    const size_t n =
+        encode_msg(type, r, mode, request_id, flags, timeout_ms, reason, body, err, sizeof err);
+    if (n == 0) ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("pgrac_ic: %s", err)));
+    return pgrac_ic_send(pgrac_node_id, ic::kMsgGesClient, route_key, body,
+                         static_cast<uint32_t>(n), PGRAC_IC_CONTROL, wait_ms);
+}
+
+int ges_send_release_all(int wait_ms) {
+    int first = PGRAC_IC_OK;
+    pgrac::ic::IcShared* shm = shared();
+    for (uint32_t w = 0; shm && w < shm->n_lms; w++) {
+        const int rc = ges_send_client(GesMsgType::ReleaseAll, nullptr, w, LockMode::NL, 0, 0, 0,
+                                       DenyReason::Cancelled, wait_ms);
+        if (rc != PGRAC_IC_OK && first == PGRAC_IC_OK) first = rc;
+    }
+    return first;
+}
+
+// ---- the session's held table
+
+namespace {
+
+constexpr int kGesMaxHeld = 1024;
+
+// One global lock of this session. A grant is valid under the node's fence
+// count and its shard's (LMS restart) fence count at the time of the grant; if
+// either moved since, the lock is void (docs/ges.md, "Fencing").
+struct GesHeld {
+    ResourceName resource;
+    LockMode mode;
+    int64_t count;
+    uint32_t fences;
+    uint32_t shard_fences;
+    uint64_t token;  // fencing token of the grant
+};
+
+GesHeld g_held[kGesMaxHeld];
+int g_nheld = 0;
+
+// This node's fence count now (a lapsed lease is marked fenced first).
+uint32_t node_fences() {
+    IcShared* shm = shared();
+    (void)fence_if_lapsed(&shm->membership, lease_now_ms(&shm->membership));
+    return lease_fences(lease_word(&shm->membership));
+}
+
+uint32_t shard_fences(const ResourceName& r) {
+    GesShared* g = ges_shared();
+    return g ? load_acquire(&g->shard_fences[ges_shard_of(r)]) : 0;
+}
+
+GesHeld* ges_find_held(const ResourceName& r) {
+    for (int i = 0; i < g_nheld; i++)
+        if (g_held[i].resource == r) return &g_held[i];
+    return nullptr;
+}
+
+void ges_add_held(const GesHeld& h) {
+    g_held[g_nheld++] = h;
+}
+
+void ges_drop_held(GesHeld* h) {
+    *h = g_held[g_nheld - 1];
+    g_nheld--;
+}
+
+int ges_held_count() {
+    return g_nheld;
+}
+
+void ges_current_fences(const ResourceName& r, uint32_t* fences, uint32_t* shard) {
+    *fences = node_fences();
+    *shard = shard_fences(r);
+}
+
+// The holder's next GES call learns that locks were lost: they are dropped
+// from the session (and given back to the master, best effort) and an ERROR
+// says which and why.
+void ges_void_lost_locks() {
+    if (g_nheld == 0 || shared() == nullptr) return;
+    int lost = 0;
+    bool node_fenced = false;
+    char first[80] = "";
+    const uint32_t f = node_fences();  // once: it is the node's, not the lock's
+    for (int i = 0; i < g_nheld;) {
+        if (f == g_held[i].fences && shard_fences(g_held[i].resource) == g_held[i].shard_fences) {
+            i++;
+            continue;
+        }
+        node_fenced = node_fenced || f != g_held[i].fences;
+        if (lost++ == 0) ges_resource_text(g_held[i].resource, first, sizeof first);
+        // The master may still list it (granted under the new fences while the
+        // request waited in a ring): give it back, best effort.
+        const ResourceName r = g_held[i].resource;
+        (void)ges_send_client(GesMsgType::Release, &r, route_key_for(r), LockMode::NL, 0, 0, 0,
+                              DenyReason::Cancelled, 0);
+        ges_drop_held(&g_held[i]);
+    }
+    if (lost == 0) return;
+    ereport(ERROR,
+            (errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+             errmsg("global lock lost: %d global lock(s) of this session, \"%s\" among them, are "
+                    "void",
+                    lost, first),
+             errdetail(node_fenced ? "Node %d was fenced: it lost its membership lease (no "
+                                     "quorum), and other nodes may hold these locks now."
+                                   : "An LMS worker of node %d restarted and lost its part of "
+                                     "these locks; other nodes may hold them now.",
+                       pgrac_node_id),
+             errhint("Take the locks again. Work done under them since then may conflict with "
+                     "another holder's: upper layers check fencing tokens.")));
+}
+
+}  // namespace
+
+void ges_forget_held() {
+    g_nheld = 0;
+}
+
+// ---- lock, unlock, unlock all
+
+namespace {
+
+// CW and PR are unordered: if the conversion failed, giving the lock back to
+// the held mode would itself be an up-conversion that may have to wait, and
+// the session would believe a mode it does not hold.
+void refuse_cw_pr_conversion(const GesHeld* h, const ResourceName& r, LockMode mode) {
+    if (h == nullptr || h->mode == mode ||
+        !((h->mode == LockMode::CW && mode == LockMode::PR) ||
+          (h->mode == LockMode::PR && mode == LockMode::CW)))
+        return;
+    char name[80];
+    ges_resource_text(r, name, sizeof name);
+    ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                    errmsg("cannot convert global lock \"%s\" between CW and PR", name),
+                    errdetail("CW and PR are unordered: neither includes the other."),
+                    errhint("Convert to a mode that covers both (PW or EX), or release the lock "
+                            "first.")));
+}
+
+// The master's denial (word: the slot's answer): false for NOWAIT and
+// timeouts, an ERROR for the rest.
+bool denied(const ResourceName& r, LockMode mode, uint64_t word) {
+    const DenyReason why = static_cast<DenyReason>((word >> 8) & 0xff);
+    char name[80];
+    ges_resource_text(r, name, sizeof name);
+    switch (why) {
+        case DenyReason::NoWait:
+        case DenyReason::Timeout:
+            return false;
+        case DenyReason::Deadlock:
+            ereport(ERROR, (errcode(ERRCODE_T_R_DEADLOCK_DETECTED),
+                            errmsg("deadlock detected on global lock \"%s\"", name),
+                            errdetail("This session was chosen as the victim of a cycle of "
+                                      "global lock waits; its request for %s was withdrawn.",
+                                      lock_mode_name(mode)),
+                            errhint("Locks this session already holds are kept; release them "
+                                    "or retry.")));
+            break;
+        case DenyReason::NoQuorum:
+            ges_void_lost_locks();
+            ereport(ERROR,
+                    (errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+                     errmsg("global lock request for \"%s\" was refused: no_quorum", name),
+                     errdetail("Node %d is not a member of the cluster with a valid lease "
+                               "(starting, fenced, or cut off from a majority).",
+                               pgrac_node_id),
+                     errhint("See pg_cluster_membership; retry once the node is a member.")));
+            break;
+        default:
+            ereport(ERROR, (errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+                            errmsg("global lock request for \"%s\" was refused: %s", name,
+                                   deny_reason_name(why))));
+    }
+    return false;
+}
+
+}  // namespace
+
+bool ges_lock(const ResourceName& r, LockMode mode, int timeout_ms) {
+    if (timeout_ms < -1)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("timeout_ms must be -1 (wait), 0 (NOWAIT) or positive")));
+    GesWaitSlot* slot = ges_prepare();
+    ges_void_lost_locks();
+    GesHeld* h = ges_find_held(r);
+    refuse_cw_pr_conversion(h, r, mode);
+    if (h != nullptr && h->mode == mode) {
+        h->count++;
+        return true;
+    }
+    if (h == nullptr && ges_held_count() >= kGesMaxHeld)
+        ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY),
+                        errmsg("this session holds too many global locks (%d)", kGesMaxHeld)));
+    const uint64_t id = ges_next_request_id();
+    // NOWAIT still needs the master's answer; bound it (a remastering can
+    // hold it back for up to the peer timeout).
+    const int64_t limit_ms = timeout_ms > 0    ? timeout_ms
+                             : timeout_ms == 0 ? pgrac_rpc_timeout_ms + 2 * pgrac_peer_timeout_ms
+                                               : -1;
+    uint64_t word = 0;
+    bool timed_out = false;
+    uint32_t fences0, shard0;
+    ges_current_fences(r, &fences0, &shard0);
+    const uint8_t flags = timeout_ms == 0 ? kNoWait : 0;
+    const uint32_t wire_timeout = timeout_ms > 0 ? static_cast<uint32_t>(timeout_ms) : 0;
+    ges_arm(slot,
+            GesRequest{id, r, mode, flags, wire_timeout, h != nullptr, h ? h->mode : LockMode::NL});
+    // From the armed slot to the end of the wait, any error (a cancel, a
+    // failed send, anything raised in between) withdraws the request and
+    // gives back a grant that won the race.
+    PG_TRY();
+    {
+        // Room in the send queue is waited for within the caller's limit.
+        const int rc = ges_send_client(GesMsgType::Request, &r, route_key_for(r), mode, id, flags,
+                                       wire_timeout, DenyReason::Cancelled,
+                                       limit_ms >= 0 ? static_cast<int>(limit_ms) : -1);
+        if (rc != PGRAC_IC_OK) {
+            // Not queued: nothing to withdraw.
+            ges_disarm(slot);
+            if (rc == PGRAC_IC_QUEUE_FULL && timeout_ms > 0) {
+                timed_out = true;  // not granted within timeout_ms, like pg_try_advisory_lock
+            } else {
+                raise_status(rc, pgrac_node_id, "global lock request", nullptr, 0);
+            }
+        } else {
+            ges_wait_answer(slot, timeout_ms, limit_ms, &word, &timed_out);
+        }
+    }
+    PG_CATCH();
+    {
+        ges_abandon(slot, DenyReason::Cancelled);
+        PG_RE_THROW();
+    }
+    PG_END_TRY();
+    if (timed_out) return false;
+    ges_disarm(slot);
+    if ((word & 0xff) != kGesGranted) return denied(r, mode, word);
+    const uint64_t token = load_acquire(&slot->token);
+    h = ges_find_held(r);
+    if (h != nullptr) {
+        h->mode = mode;
+        h->count++;
+        h->token = token;
+    } else {
+        ges_add_held(GesHeld{r, mode, 1, fences0, shard0, token});
+    }
+    // Fenced while we waited: the grant is void like the rest.
+    ges_void_lost_locks();
+    return true;
+}
+
+bool ges_unlock(const ResourceName& r) {
+    ges_void_lost_locks();
+    GesHeld* h = ges_find_held(r);
+    if (h == nullptr) {
+        char name[80];
+        ges_resource_text(r, name, sizeof name);
+        ereport(WARNING, (errmsg("you don't own a global lock on \"%s\"", name)));
+        return false;
+    }
+    if (h->count > 1) {
+        h->count--;
+        return true;
+    }
+    // The last level: the session keeps the lock until the Release is queued
+    // (if it cannot be, the caller gets the error and the lock is still held,
+    // for a retry, pgrac_ges_unlock_all() or the end of the session).
+    const int rc = ges_send_client(GesMsgType::Release, &r, route_key_for(r), LockMode::NL, 0, 0, 0,
+                                   DenyReason::Cancelled, -1);
+    if (rc != PGRAC_IC_OK) raise_status(rc, pgrac_node_id, "global lock release", nullptr, 0);
+    ges_drop_held(ges_find_held(r));
+    return true;
+}
+
+int ges_unlock_all() {
+    ges_void_lost_locks();
+    const int n = ges_held_count();
+    if (ges_session_used()) {
+        ges_prepare();
+        const int rc = ges_send_release_all(-1);
+        // Locks stay recorded as held unless every worker got the ReleaseAll.
+        if (rc != PGRAC_IC_OK) raise_status(rc, pgrac_node_id, "global lock release", nullptr, 0);
+    }
+    ges_forget_held();
+    return n;
+}
+
+bool ges_held_token(const ResourceName& r, uint64_t* token) {
+    ges_void_lost_locks();
+    const GesHeld* h = ges_find_held(r);
+    if (h == nullptr) return false;
+    *token = h->token;
+    return true;
+}
+
+}  // namespace pgrac::glue
