@@ -64,6 +64,8 @@ struct GesShared {
     uint64_t replay_conflicts;
     GesWaitSlot slots[1];  // n_slots of them
 };
+// Plain data only, as everything in shared memory (pg_boundary.hpp).
+static_assert(pgrac::ic::kShareable<GesWaitSlot> && pgrac::ic::kShareable<GesShared>);
 
 inline uint64_t ges_slot_word(uint64_t request_id, uint32_t outcome) {
     return (request_id << 32) | outcome;

@@ -1,2 +1,2 @@
 // clang-format off
-#error "src/ic and src/tiers are PostgreSQL-independent: funcapi.h may only be included by glue code in src/, src/lms, src/views"
+#error "src/ic and src/tiers are PostgreSQL-independent: funcapi.h may only be included by the glue (src/module.cpp, src/instance, src/capi, src/lms, src/listener, src/views)"

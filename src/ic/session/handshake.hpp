@@ -1,4 +1,4 @@
-// Connection handshake, protocol version 2: the dialer proves knowledge of the
+// Connection handshake, protocol version 3: the dialer proves knowledge of the
 // shared key before the acceptor reveals anything derived from it.
 //
 //   dialer                                              acceptor
@@ -63,7 +63,7 @@ enum class RejectReason : uint16_t {
     Busy = 13,            // too many unauthenticated connections
     WrongDirection = 14,  // the node with the lower id dials; this one should not
     ConfigMismatch =
-        15,  // a setting that safety or routing rests on differs (ic/cluster_config.hpp)
+        15,  // a setting that safety or routing rests on differs (ic/session/cluster_settings.hpp)
 };
 inline constexpr uint16_t kMaxRejectReason = 15;
 // Stable lower-case name, e.g. "wrong_key".

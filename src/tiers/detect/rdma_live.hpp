@@ -1,6 +1,7 @@
 // What only the verbs library can tell about a device: XRC capability, the
 // active MTU, the vendor part id, queue limits. Opens the device, so it is
-// called only when asked (pgrac_ctl, or the verbs tier when it starts).
+// called only when asked (pgrac_ctl's verify rdma and status); the verbs tier
+// uses only the pure helpers (mtu_bytes, classify_vendor).
 #pragma once
 
 #include <cstdint>
