@@ -21,6 +21,7 @@ ALTER SYSTEM SET cluster.name = '';
 ALTER SYSTEM SET cluster.interconnect_tier = 'tier9';
 ALTER SYSTEM SET cluster.lms_workers = 0;
 ALTER SYSTEM SET cluster.lms_workers = 17;
+ALTER SYSTEM SET cluster.ges_registry_entries = 100;
 ALTER SYSTEM SET cluster.node_id = 0;
 ALTER SYSTEM SET cluster.rdma_hugepage_size = '4MB';
 ALTER SYSTEM SET cluster.rdma_use_xrc = 'maybe';

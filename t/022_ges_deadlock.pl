@@ -177,8 +177,9 @@ my $w = resource_at(2, 'lw');
 my $u = resource_at(3, 'lu');
 is($s[0]->query_safe("SELECT pgrac_ges_lock('$w')"), 't', "node 1 takes $w");
 is($s[1]->query_safe("SELECT pgrac_ges_lock('$u')"), 't', "node 2 takes $u");
+# Held 5 s: even on a slow VM, several 500 ms search rounds see the chain.
 $s[0]->query_until(qr/sleeping/,
-	"\\echo sleeping\nSELECT pg_sleep(3), pgrac_ges_unlock('$w');\n");
+	"\\echo sleeping\nSELECT pg_sleep(5), pgrac_ges_unlock('$w');\n");
 $t0 = time;
 start_wait($s[2], $u);
 start_wait($s[1], $w);

@@ -93,12 +93,17 @@ is($rpcs1 - $rpcs0, 20, 'node 1 counted 20 RPCs to node 2');
 
 	# A frozen peer listener: the RPC in flight fails with a timeout, and a
 	# cancel ends a wait at once.
+	# The session is connected and its lane open before the freeze: under a
+	# slow VM a new connection can take longer than peer_timeout (2 s), and
+	# the peer would be DOWN (refused at once) before the RPC is sent.
+	my $sf = $n1->background_psql('postgres', on_error_stop => 0);
+	$sf->query_safe("SET cluster.rpc_timeout = '500ms'; SELECT pgrac_ic_ping(2) IS NOT NULL");
 	my $frozen = $c->worker_pid(2, 'pgrac_ic listener');
 	kill 'STOP', $frozen;
 	my $t0 = time;
-	my ($rc, $out, $err) = $n1->psql('postgres',
-		"SET cluster.rpc_timeout = '500ms'; SELECT pgrac_ic_ping(2)");
-	like($err, qr/timed out|timeout/i, 'an RPC to a frozen listener times out');
+	$sf->query('SELECT pgrac_ic_ping(2)');
+	like($sf->{stderr}, qr/timed out|timeout/i, 'an RPC to a frozen listener times out');
+	$sf->quit;
 	my $pid = $s2->query_safe('SELECT pg_backend_pid()');
 	$s2->query_until(qr/started/, "\\echo started\nSET cluster.rpc_timeout = '60s';\nSELECT pgrac_ic_ping(2);\n");
 	sleep 1;

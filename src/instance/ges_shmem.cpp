@@ -15,6 +15,7 @@ extern "C" {
 #include <cstring>
 
 #include "instance/ges_shmem.hpp"
+#include "instance/guc.hpp"
 #include "ic/base/atomics.hpp"
 
 namespace pgrac::glue {
@@ -34,12 +35,14 @@ size_t slots_size() {
 }
 
 size_t mirror_size() {
-    return MAXALIGN(pgrac::ic::ges::RegistryMirror::bytes_for(kRegistryMirrorCapacity));
+    return MAXALIGN(pgrac::ic::ges::RegistryMirror::bytes_for(
+        static_cast<uint32_t>(pgrac_ges_registry_entries)));
 }
 
-// Wait slots, then one registry mirror per possible LMS worker.
+// Wait slots, then one registry mirror per LMS worker (cluster.lms_workers
+// and cluster.ges_registry_entries are fixed at postmaster start).
 size_t ges_size() {
-    return slots_size() + mirror_size() * pgrac::ic::kMaxLmsWorkers;
+    return slots_size() + mirror_size() * static_cast<size_t>(pgrac_lms_workers);
 }
 
 void request() {
@@ -55,10 +58,10 @@ void startup() {
     if (!found) {
         std::memset(region, 0, ges_size());
         static_cast<GesShared*>(region)->n_slots = slot_count();
-        for (int w = 0; w < pgrac::ic::kMaxLmsWorkers; w++)
+        for (int w = 0; w < pgrac_lms_workers; w++)
             pgrac::ic::ges::RegistryMirror::create(
                 static_cast<char*>(region) + slots_size() + mirror_size() * w,
-                kRegistryMirrorCapacity);
+                static_cast<uint32_t>(pgrac_ges_registry_entries));
     }
     g_ges = static_cast<GesShared*>(region);
     LWLockRelease(AddinShmemInitLock);
@@ -78,7 +81,7 @@ GesShared* ges_shared() {
 }
 
 pgrac::ic::ges::RegistryMirror ges_registry_mirror(uint32_t worker) {
-    if (g_ges == nullptr || worker >= static_cast<uint32_t>(pgrac::ic::kMaxLmsWorkers)) return {};
+    if (g_ges == nullptr || worker >= static_cast<uint32_t>(pgrac_lms_workers)) return {};
     return pgrac::ic::ges::RegistryMirror::attach(reinterpret_cast<char*>(g_ges) + slots_size() +
                                                   mirror_size() * worker);
 }

@@ -92,10 +92,10 @@ inline bool ges_request_id_slot(uint64_t id, uint32_t* procno, uint32_t* session
 void install_ges_shmem();
 // nullptr if not preloaded.
 GesShared* ges_shared();
-// Entries of each LMS worker's registry mirror (this node's locks and
-// requests in its shard, kept so that a restarted worker gets them back).
-inline constexpr uint32_t kRegistryMirrorCapacity = 16384;
-// Worker w's mirror, in the same shared-memory area (empty if not preloaded).
+// Worker w's registry mirror (this node's locks and requests in its shard,
+// kept so that a restarted worker gets them back): one for each of
+// cluster.lms_workers, of cluster.ges_registry_entries entries, in the same
+// shared-memory area (empty if not preloaded or w is no worker's index).
 pgrac::ic::ges::RegistryMirror ges_registry_mirror(uint32_t worker);
 // This backend's slot (by MyProc->pgprocno); nullptr without MyProc.
 GesWaitSlot* ges_my_slot();

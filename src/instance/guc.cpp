@@ -29,6 +29,7 @@ char* pgrac_nodes = nullptr;
 char* pgrac_witness_nodes = nullptr;
 char* pgrac_auth_key_file = nullptr;
 int pgrac_lms_workers = 2;
+int pgrac_ges_registry_entries = 16384;
 int pgrac_heartbeat_interval_ms = 1000;
 int pgrac_busy_poll_us = 200;
 int pgrac_ges_deadlock_timeout_ms = 1000;
@@ -234,6 +235,15 @@ void define_settings() {
     DefineCustomIntVariable("cluster.lms_workers", "Number of LMS worker processes.", nullptr,
                             &pgrac_lms_workers, 2, 1, pgrac::ic::kMaxLmsWorkers, PGC_POSTMASTER, 0,
                             nullptr, nullptr, nullptr);
+    DefineCustomIntVariable(
+        "cluster.ges_registry_entries",
+        "Entries of each LMS worker's registry mirror in shared memory.",
+        "The mirror keeps this node's global locks and requests of the worker's shard, so that "
+        "a restarted LMS worker gets them back; when it is full, a restart voids the shard's "
+        "locks instead (their holders get \"global lock lost\"). Rounded up to a power of "
+        "two; about 112 bytes each, for each of cluster.lms_workers.",
+        &pgrac_ges_registry_entries, 16384, 1024, 1 << 24, PGC_POSTMASTER, 0, nullptr, nullptr,
+        nullptr);
     DefineCustomIntVariable(
         "cluster.reply_pool_size", "Shared memory for replies larger than 512 bytes in flight.",
         "A requester that may get a large reply (a block, a batch of blocks) takes 8 kB "

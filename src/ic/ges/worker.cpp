@@ -89,8 +89,8 @@ void Worker::sync(Owner o, const ResourceName& r) {
         log(WorkerLogLevel::Warning,
             "GES (LMS " + std::to_string(index_) + "): the registry copy is full (" +
                 std::to_string(mirror_.capacity()) +
-                " entries): a restart of this worker would void this node's "
-                "global locks in its shard");
+                " entries, cluster.ges_registry_entries): a restart of this worker would "
+                "void this node's global locks in its shard");
     }
 }
 
