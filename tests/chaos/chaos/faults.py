@@ -68,7 +68,7 @@ PARTITION_S = 6.0
 #
 # Why the run's bounds keep their meaning with timeouts up to 10 s (3.3 times the base):
 # * --hung-bound (10 s) does not depend on cluster.peer_timeout: a lock or unlock call
-#   waits on its latch with CHECK_FOR_INTERRUPTS (src/capi/ges/wait.cpp), so the clients'
+#   waits on its latch with CHECK_FOR_INTERRUPTS (src/capi/ges/lock_wait.cpp), so the clients'
 #   statement_timeout (5 s, clients.py) ends it whatever the timeouts, and its cancel is
 #   sent with a 1 s bound; the bound is that plus slack, so it is left as it is. The time
 #   the victim is frozen is excluded, as for the freeze faults (f["paused"]).
