@@ -168,6 +168,31 @@ AS 'MODULE_PATHNAME', 'pgrac_ges_lock_token' LANGUAGE C STRICT VOLATILE;
 COMMENT ON FUNCTION pgrac_ges_lock_token(text) IS
     'The fencing token of a global lock this session holds (NULL if none); tokens of a resource grow strictly across the cluster';
 
+CREATE FUNCTION pgrac_ges_cache(
+    OUT resource text, OUT lms_worker int, OUT mode text, OUT users bigint, OUT bast_mode text,
+    OUT converting boolean, OUT grant_token bigint, OUT tokens_left bigint, OUT hits bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'pgrac_ges_cache' LANGUAGE C STRICT VOLATILE;
+
+CREATE VIEW pg_cluster_ges_cache AS SELECT * FROM pgrac_ges_cache();
+COMMENT ON VIEW pg_cluster_ges_cache IS
+    'This node''s cached global locks (the node owner, pid 0 in pg_cluster_ges_locks): mode, local users, the mode a BAST asked for (no new local take until it is given back), a waiting local conversion, the grant''s token and the local takes left in its range';
+
+CREATE FUNCTION pgrac_ges_stats(
+    OUT cache_capacity bigint, OUT cached bigint, OUT cache_hits bigint,
+    OUT misses_not_cached bigint, OUT misses_fenced bigint, OUT misses_bast bigint,
+    OUT misses_mode bigint, OUT misses_local_conflict bigint, OUT misses_range_used_up bigint,
+    OUT basts_received bigint, OUT cache_transfers bigint, OUT cache_give_backs bigint,
+    OUT cache_evictions bigint, OUT cache_conversions bigint, OUT grants_delivered bigint,
+    OUT denials_delivered bigint, OUT late_grants_undone bigint, OUT dead_owners_reaped bigint,
+    OUT cluster_deadlocks bigint, OUT replay_conflicts bigint)
+RETURNS record
+AS 'MODULE_PATHNAME', 'pgrac_ges_stats' LANGUAGE C STRICT VOLATILE;
+
+CREATE VIEW pg_cluster_ges_stats AS SELECT * FROM pgrac_ges_stats();
+COMMENT ON VIEW pg_cluster_ges_stats IS
+    'This node''s GES counters: the lock cache (hits taken without a message, misses by reason, BASTs, locks kept, given back, evicted, conversions), grants and denials delivered, late grants undone, dead owners reaped, cluster-wide deadlock victims, replay conflicts (must stay 0)';
+
 -- ---------------------------------------------------------------- membership
 CREATE FUNCTION pgrac_membership(
     OUT node_id int, OUT state text, OUT epoch bigint, OUT members int[],
@@ -239,6 +264,10 @@ REVOKE ALL ON FUNCTION pgrac_ges_lock(text, text, int), pgrac_ges_lock(bigint, t
     pgrac_fetch_blocks(int, regclass, bigint, int, text),
     pgrac_fetch_block_bench(int, regclass, int, int) FROM PUBLIC;
 REVOKE ALL ON pg_cluster_ges_locks FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgrac_ges_cache(), pgrac_ges_stats() FROM PUBLIC;
+REVOKE ALL ON pg_cluster_ges_cache, pg_cluster_ges_stats FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgrac_ges_cache(), pgrac_ges_stats() TO pg_monitor;
+GRANT SELECT ON pg_cluster_ges_cache, pg_cluster_ges_stats TO pg_monitor;
 GRANT EXECUTE ON FUNCTION pgrac_ges_locks(), pgrac_ges_resource(text) TO pg_monitor;
 GRANT SELECT ON pg_cluster_ges_locks TO pg_monitor;
 REVOKE ALL ON FUNCTION pgrac_membership(), pgrac_membership_history() FROM PUBLIC;

@@ -39,15 +39,36 @@ size_t mirror_size() {
         static_cast<uint32_t>(pgrac_ges_registry_entries)));
 }
 
-// Wait slots, then one registry mirror per LMS worker (cluster.lms_workers
-// and cluster.ges_registry_entries are fixed at postmaster start).
+pgrac::ic::ges::NodeCache g_cache;
+LWLockPadded* g_cache_locks = nullptr;
+constexpr const char* kCacheTranche = "pgrac_ic_ges_cache";
+
+uint32_t cache_entries_per_worker() {
+    return static_cast<uint32_t>(pgrac_ges_cache_entries) /
+           static_cast<uint32_t>(pgrac_lms_workers);
+}
+
+size_t cache_size() {
+    if (pgrac_ges_cache_entries <= 0) return 0;
+    return MAXALIGN(pgrac::ic::ges::NodeCache::bytes_for(static_cast<uint32_t>(pgrac_lms_workers),
+                                                         cache_entries_per_worker()));
+}
+
+int cache_lock_count() {
+    return pgrac_lms_workers * static_cast<int>(pgrac::ic::ges::kCachePartsPerWorker);
+}
+
+// Wait slots, then one registry mirror per LMS worker, then the lock cache
+// (cluster.lms_workers, cluster.ges_registry_entries and
+// cluster.ges_cache_entries are fixed at postmaster start).
 size_t ges_size() {
-    return slots_size() + mirror_size() * static_cast<size_t>(pgrac_lms_workers);
+    return slots_size() + mirror_size() * static_cast<size_t>(pgrac_lms_workers) + cache_size();
 }
 
 void request() {
     if (prev_request) prev_request();
     RequestAddinShmemSpace(ges_size());
+    if (cache_size() > 0) RequestNamedLWLockTranche(kCacheTranche, cache_lock_count());
 }
 
 void startup() {
@@ -62,8 +83,17 @@ void startup() {
             pgrac::ic::ges::RegistryMirror::create(
                 static_cast<char*>(region) + slots_size() + mirror_size() * w,
                 static_cast<uint32_t>(pgrac_ges_registry_entries));
+        if (cache_size() > 0)
+            pgrac::ic::ges::NodeCache::format(
+                static_cast<char*>(region) + slots_size() + mirror_size() * pgrac_lms_workers,
+                static_cast<uint32_t>(pgrac_lms_workers), cache_entries_per_worker());
     }
     g_ges = static_cast<GesShared*>(region);
+    if (cache_size() > 0) {
+        g_cache = pgrac::ic::ges::NodeCache::attach(static_cast<char*>(region) + slots_size() +
+                                                    mirror_size() * pgrac_lms_workers);
+        g_cache_locks = GetNamedLWLockTranche(kCacheTranche);
+    }
     LWLockRelease(AddinShmemInitLock);
 }
 
@@ -78,6 +108,18 @@ void install_ges_shmem() {
 
 GesShared* ges_shared() {
     return g_ges;
+}
+
+pgrac::ic::ges::NodeCache* ges_node_cache() {
+    return g_cache.enabled() && g_cache_locks != nullptr ? &g_cache : nullptr;
+}
+
+void ges_cache_lock(uint32_t partition) {
+    LWLockAcquire(&g_cache_locks[partition].lock, LW_EXCLUSIVE);
+}
+
+void ges_cache_unlock(uint32_t partition) {
+    LWLockRelease(&g_cache_locks[partition].lock);
 }
 
 pgrac::ic::ges::RegistryMirror ges_registry_mirror(uint32_t worker) {
@@ -111,6 +153,23 @@ bool ges_deliver(int32_t pid, uint64_t request_id, uint32_t outcome, uint64_t to
                                                      : &g_ges->denials_delivered);
     SetLatch(&ProcGlobal->allProcs[i].procLatch);
     return true;
+}
+
+int ges_cache_users(uint32_t entry, uint32_t generation, int32_t* pids, int max) {
+    if (g_ges == nullptr) return 0;
+    const uint64_t want = (static_cast<uint64_t>(generation) << 32) | (entry + 1);
+    int n = 0;
+    for (uint32_t i = 0; i < g_ges->n_slots && n < max; i++) {
+        const GesWaitSlot* s = &g_ges->slots[i];
+        const int32_t pid = pgrac::ic::load_acquire(&s->pid);
+        if (pid <= 0) continue;
+        for (int k = 0; k < kGesSlotCachedUses; k++)
+            if (pgrac::ic::load_acquire(&s->cached_uses[k]) == want) {
+                pids[n++] = pid;
+                break;
+            }
+    }
+    return n;
 }
 
 bool ges_owner_alive(int32_t pid, uint64_t request_id) {

@@ -24,6 +24,7 @@
 #include <cstdint>
 
 #include "ic/base/node_list.hpp"
+#include "ic/ges/node_cache.hpp"
 #include "ic/ges/registry_mirror.hpp"
 #include "ic/shm/shared_state.hpp"
 
@@ -34,12 +35,20 @@ inline constexpr uint32_t kGesWaiting = 1;
 inline constexpr uint32_t kGesGranted = 2;
 inline constexpr uint32_t kGesDenied = 3;
 
+// Uses of cached locks one backend records in its slot (more: it takes the
+// lock from the master instead).
+inline constexpr int kGesSlotCachedUses = 32;
+
 struct GesWaitSlot {
     uint64_t word;
     uint64_t request_id;  // full id of the armed request
     uint64_t token;       // fencing token of the grant, written before the word
     int32_t pid;          // owner of the slot (0: unused)
     uint32_t session;     // bumped each time a new backend takes the slot
+    // The backend's uses of the node's cached locks: generation << 32 |
+    // (entry index + 1), 0 = none. Written by the backend only; the LMS reads
+    // them for the cluster-wide deadlock search (who uses a cached lock).
+    uint64_t cached_uses[kGesSlotCachedUses];
 };
 
 struct GesShared {
@@ -62,6 +71,13 @@ struct GesShared {
     uint64_t stale_epoch_refused, wrong_source_refused;
     // Replayed grants that conflicted with an existing grant (must stay 0).
     uint64_t replay_conflicts;
+    // Node-level caching (docs/ges.md): takes served from the cache (by the
+    // backends, no message), takes that missed it by reason (CacheMiss), BASTs
+    // received, locks kept in the cache, given back after a BAST, evicted
+    // (or refreshed), and conversions that made a cached lock a backend's again.
+    uint64_t cache_hits;
+    uint64_t cache_misses[8];
+    uint64_t basts_received, cache_transfers, cache_give_backs, cache_evictions, cache_conversions;
     GesWaitSlot slots[1];  // n_slots of them
 };
 // Plain data only, as everything in shared memory (pg_boundary.hpp).
@@ -87,6 +103,17 @@ inline bool ges_request_id_slot(uint64_t id, uint32_t* procno, uint32_t* session
     *session = static_cast<uint32_t>(id >> 32) & 0xffu;
     return true;
 }
+
+// The node's lock cache (ic/ges/node_cache.hpp): nullptr when
+// cluster.ges_cache_entries is 0 or the library is not preloaded. Each
+// partition's lock is ges_cache_lock(partition) (an LWLock of our tranche).
+pgrac::ic::ges::NodeCache* ges_node_cache();
+void ges_cache_lock(uint32_t partition);
+void ges_cache_unlock(uint32_t partition);
+
+// The pids of the backends that record a use of cache entry `entry` of
+// generation `generation` (lock-free reads of every slot).
+int ges_cache_users(uint32_t entry, uint32_t generation, int32_t* pids, int max);
 
 // Chains the shmem hooks (one call from _PG_init).
 void install_ges_shmem();

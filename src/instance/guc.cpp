@@ -30,6 +30,7 @@ char* pgrac_witness_nodes = nullptr;
 char* pgrac_auth_key_file = nullptr;
 int pgrac_lms_workers = 2;
 int pgrac_ges_registry_entries = 16384;
+int pgrac_ges_cache_entries = 16384;
 int pgrac_heartbeat_interval_ms = 1000;
 int pgrac_busy_poll_us = 200;
 int pgrac_ges_deadlock_timeout_ms = 1000;
@@ -244,6 +245,14 @@ void define_settings() {
         "two; about 112 bytes each, for each of cluster.lms_workers.",
         &pgrac_ges_registry_entries, 16384, 1024, 1 << 24, PGC_POSTMASTER, 0, nullptr, nullptr,
         nullptr);
+    DefineCustomIntVariable(
+        "cluster.ges_cache_entries",
+        "Global locks this node keeps cached after their last local user released them.",
+        "A cached lock is taken again by any backend of the node without a message, until "
+        "another node asks for it (a BAST) or it is evicted (least recently used first). "
+        "0 turns caching off. About 150 bytes each; cached locks also take entries of "
+        "cluster.ges_registry_entries.",
+        &pgrac_ges_cache_entries, 16384, 0, 1 << 24, PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
     DefineCustomIntVariable(
         "cluster.reply_pool_size", "Shared memory for replies larger than 512 bytes in flight.",
         "A requester that may get a large reply (a block, a batch of blocks) takes 8 kB "

@@ -12,6 +12,7 @@ extern char* pgrac_nodes;
 extern char* pgrac_auth_key_file;
 extern int pgrac_lms_workers;
 extern int pgrac_ges_registry_entries;
+extern int pgrac_ges_cache_entries;  // cluster.ges_cache_entries (0: no caching)
 extern int pgrac_heartbeat_interval_ms;
 extern int pgrac_busy_poll_us;
 extern int pgrac_ges_deadlock_timeout_ms;

@@ -140,7 +140,31 @@ class LmsHost final : public WorkerHost {
             case WorkerCounter::ClusterDeadlocks:
                 count(&g->cluster_deadlocks);
                 break;
+            case WorkerCounter::BastsReceived:
+                count(&g->basts_received);
+                break;
+            case WorkerCounter::CacheTransfers:
+                count(&g->cache_transfers);
+                break;
+            case WorkerCounter::CacheGiveBacks:
+                count(&g->cache_give_backs);
+                break;
+            case WorkerCounter::CacheEvictions:
+                count(&g->cache_evictions);
+                break;
+            case WorkerCounter::CacheConversions:
+                count(&g->cache_conversions);
+                break;
         }
+    }
+
+    NodeCache* node_cache() override { return ges_node_cache(); }
+    void lock_cache_partition(uint32_t partition) override { ges_cache_lock(partition); }
+    void unlock_cache_partition(uint32_t partition) override { ges_cache_unlock(partition); }
+    std::vector<uint32_t> cache_users(uint32_t entry, uint32_t generation) override {
+        int32_t pids[256];
+        const int n = ges_cache_users(entry, generation, pids, 256);
+        return std::vector<uint32_t>(pids, pids + n);
     }
 
   private:

@@ -20,6 +20,7 @@ extern "C" {
 #include "capi/ges/lock_client.hpp"
 #include "capi/ges/lock_wait.hpp"
 #include "ic/base/atomics.hpp"
+#include "ic/ges/node_cache.hpp"
 #include "ic/ges/wire.hpp"
 #include "ic/wire/message_types.hpp"
 #include "instance/ges_shmem.hpp"
@@ -153,6 +154,12 @@ struct GesHeld {
     uint32_t fences;
     uint32_t shard_fences;
     uint64_t token;  // fencing token of the grant
+    // Taken from the node's cache (docs/ges.md, "Node-level caching"): a use
+    // of cache entry `entry` while its generation is `generation`; the master
+    // knows only the node's lock. Not cached: the session's own lock.
+    bool cached;
+    uint32_t entry;
+    uint32_t generation;
 };
 
 GesHeld g_held[kGesMaxHeld];
@@ -194,6 +201,114 @@ void ges_current_fences(const ResourceName& r, uint32_t* fences, uint32_t* shard
     *shard = shard_fences(r);
 }
 
+// ---- the node's lock cache (ic/ges/node_cache.hpp)
+
+void count_miss(CacheMiss why) {
+    GesShared* g = ges_shared();
+    if (g != nullptr) pgrac::ic::count(&g->cache_misses[static_cast<int>(why)]);
+}
+
+// This session's record of its cached uses, in its wait slot (for the
+// cluster-wide deadlock search: who uses a cached lock).
+uint64_t use_word(uint32_t entry, uint32_t generation) {
+    return (static_cast<uint64_t>(generation) << 32) | (entry + 1);
+}
+
+int free_use_record() {
+    GesWaitSlot* slot = ges_my_slot();
+    if (slot == nullptr) return -1;
+    for (int k = 0; k < kGesSlotCachedUses; k++)
+        if (load_relaxed(&slot->cached_uses[k]) == 0) return k;
+    return -1;
+}
+
+void forget_use_record(uint32_t entry, uint32_t generation) {
+    GesWaitSlot* slot = ges_my_slot();
+    if (slot == nullptr) return;
+    const uint64_t w = use_word(entry, generation);
+    for (int k = 0; k < kGesSlotCachedUses; k++)
+        if (load_relaxed(&slot->cached_uses[k]) == w)
+            store_release(&slot->cached_uses[k], uint64_t{0});
+}
+
+// Takes `mode` of r from the node's cache for this session (prior: the mode
+// it uses already, NL for a new take). True if taken (*token and, for a new
+// take, *entry and *generation set).
+bool cache_take_local(const ResourceName& r, LockMode mode, LockMode prior, uint32_t fences,
+                      uint32_t shard, uint64_t* token, uint32_t* entry, uint32_t* generation) {
+    NodeCache* c = ges_node_cache();
+    if (c == nullptr) return false;
+    // A new use needs a record (else the lock comes from the master).
+    const int record = prior == LockMode::NL ? free_use_record() : -2;
+    if (record == -1) return false;
+    const uint32_t part = c->partition_of(r, ges_shard_of(r));
+    CacheMiss why = CacheMiss::NotCached;
+    ges_cache_lock(part);
+    CacheEntry* e = c->find(part, r);
+    if (e != nullptr) why = cache_take(*e, mode, prior, fences, shard, token);
+    if (why == CacheMiss::None) {
+        *entry = c->index_of(e);
+        *generation = e->generation;
+        // Recorded before the partition lock is let go: the LMS reads
+        // records only for entries a BAST marked, which it does under it.
+        if (record >= 0)
+            store_release(&ges_my_slot()->cached_uses[record], use_word(*entry, *generation));
+    }
+    ges_cache_unlock(part);
+    if (why != CacheMiss::None) {
+        count_miss(why);
+        return false;
+    }
+    GesShared* g = ges_shared();
+    if (g != nullptr) pgrac::ic::count(&g->cache_hits);
+    return true;
+}
+
+// The cache entry of a cached hold, if it is still the one the hold uses
+// (caller holds the partition lock).
+CacheEntry* held_entry(NodeCache* c, const GesHeld& h) {
+    CacheEntry* e = c->at(h.entry);
+    return e != nullptr && e->state == kCacheCached && e->generation == h.generation &&
+                   e->resource == h.resource
+               ? e
+               : nullptr;
+}
+
+uint32_t partition_of_held(NodeCache* c, const GesHeld& h) {
+    return c->partition_of(h.resource, ges_shard_of(h.resource));
+}
+
+// A cached hold whose entry is gone while the fences stayed: the LMS made it
+// the session's own lock (a conversion the cache could not make).
+void settle_hold(GesHeld* h) {
+    NodeCache* c = ges_node_cache();
+    if (!h->cached || c == nullptr) return;
+    const uint32_t part = partition_of_held(c, *h);
+    ges_cache_lock(part);
+    const bool same = held_entry(c, *h) != nullptr;
+    ges_cache_unlock(part);
+    if (!same) {
+        h->cached = false;
+        forget_use_record(h->entry, h->generation);
+    }
+}
+
+// Ends this session's use of a cached hold; tells the LMS if a BAST or a
+// local conversion waits on the entry.
+void drop_cached_use(const GesHeld& h, int wait_ms) {
+    NodeCache* c = ges_node_cache();
+    if (c == nullptr) return;
+    const uint32_t part = partition_of_held(c, h);
+    bool notify = false;
+    ges_cache_lock(part);
+    if (CacheEntry* e = held_entry(c, h)) notify = cache_drop(*e, h.mode);
+    forget_use_record(h.entry, h.generation);
+    ges_cache_unlock(part);
+    if (notify)
+        (void)ges_send_client(GesMsgType::CacheNotify, &h.resource, route_key_for(h.resource),
+                              LockMode::NL, 0, 0, 0, DenyReason::Cancelled, wait_ms);
+}
+
 // The holder's next GES call learns that locks were lost: they are dropped
 // from the session (and given back to the master, best effort) and an ERROR
 // says which and why.
@@ -211,10 +326,14 @@ void ges_void_lost_locks() {
         node_fenced = node_fenced || f != g_held[i].fences;
         if (lost++ == 0) ges_resource_text(g_held[i].resource, first, sizeof first);
         // The master may still list it (granted under the new fences while the
-        // request waited in a ring): give it back, best effort.
+        // request waited in a ring): give it back, best effort. A cached one
+        // is the node's: its entry is void with it.
         const ResourceName r = g_held[i].resource;
-        (void)ges_send_client(GesMsgType::Release, &r, route_key_for(r), LockMode::NL, 0, 0, 0,
-                              DenyReason::Cancelled, 0);
+        if (g_held[i].cached)
+            drop_cached_use(g_held[i], 0);
+        else
+            (void)ges_send_client(GesMsgType::Release, &r, route_key_for(r), LockMode::NL, 0, 0, 0,
+                                  DenyReason::Cancelled, 0);
         ges_drop_held(&g_held[i]);
     }
     if (lost == 0) return;
@@ -235,6 +354,10 @@ void ges_void_lost_locks() {
 }  // namespace
 
 void ges_forget_held() {
+    // Cached holds are uses of the node's locks: end them (the rest the
+    // caller released through the LMS).
+    for (int i = 0; i < g_nheld; i++)
+        if (g_held[i].cached) drop_cached_use(g_held[i], 1000);
     g_nheld = 0;
 }
 
@@ -313,6 +436,31 @@ bool ges_lock(const ResourceName& r, LockMode mode, int timeout_ms) {
     if (h == nullptr && ges_held_count() >= kGesMaxHeld)
         ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY),
                         errmsg("this session holds too many global locks (%d)", kGesMaxHeld)));
+    uint32_t fences0, shard0;
+    ges_current_fences(r, &fences0, &shard0);
+    // The node's cache first: no message, no other process woken.
+    {
+        uint64_t token;
+        uint32_t entry, generation;
+        if (h != nullptr) settle_hold(h);
+        if (h == nullptr &&
+            cache_take_local(r, mode, LockMode::NL, fences0, shard0, &token, &entry, &generation)) {
+            ges_add_held(GesHeld{r, mode, 1, fences0, shard0, token, true, entry, generation});
+            return true;
+        }
+        if (h != nullptr && h->cached &&
+            cache_take_local(r, mode, h->mode, h->fences, h->shard_fences, &token, &entry,
+                             &generation)) {
+            h->mode = mode;
+            h->count++;
+            h->token = token;
+            return true;
+        }
+    }
+    // A conversion of a cached hold goes to the LMS as Convert: it waits
+    // there until this session is the lock's only local user, and the lock
+    // becomes the session's own at the master.
+    const bool cached_conversion = h != nullptr && h->cached;
     const uint64_t id = ges_next_request_id();
     // NOWAIT still needs the master's answer; bound it (a remastering can
     // hold it back for up to the peer timeout).
@@ -321,21 +469,20 @@ bool ges_lock(const ResourceName& r, LockMode mode, int timeout_ms) {
                                                : -1;
     uint64_t word = 0;
     bool timed_out = false;
-    uint32_t fences0, shard0;
-    ges_current_fences(r, &fences0, &shard0);
     const uint8_t flags = timeout_ms == 0 ? kNoWait : 0;
     const uint32_t wire_timeout = timeout_ms > 0 ? static_cast<uint32_t>(timeout_ms) : 0;
-    ges_arm(slot,
-            GesRequest{id, r, mode, flags, wire_timeout, h != nullptr, h ? h->mode : LockMode::NL});
+    ges_arm(slot, GesRequest{id, r, mode, flags, wire_timeout, h != nullptr,
+                             h ? h->mode : LockMode::NL, cached_conversion});
     // From the armed slot to the end of the wait, any error (a cancel, a
     // failed send, anything raised in between) withdraws the request and
     // gives back a grant that won the race.
     PG_TRY();
     {
         // Room in the send queue is waited for within the caller's limit.
-        const int rc = ges_send_client(GesMsgType::Request, &r, route_key_for(r), mode, id, flags,
-                                       wire_timeout, DenyReason::Cancelled,
-                                       limit_ms >= 0 ? static_cast<int>(limit_ms) : -1);
+        const int rc =
+            ges_send_client(cached_conversion ? GesMsgType::Convert : GesMsgType::Request, &r,
+                            route_key_for(r), mode, id, flags, wire_timeout, DenyReason::Cancelled,
+                            limit_ms >= 0 ? static_cast<int>(limit_ms) : -1);
         if (rc != PGRAC_IC_OK) {
             // Not queued: nothing to withdraw.
             ges_disarm(slot);
@@ -351,20 +498,23 @@ bool ges_lock(const ResourceName& r, LockMode mode, int timeout_ms) {
     PG_CATCH();
     {
         ges_abandon(slot, DenyReason::Cancelled);
+        if (GesHeld* held = ges_find_held(r)) settle_hold(held);
         PG_RE_THROW();
     }
     PG_END_TRY();
+    h = ges_find_held(r);
+    if (h != nullptr) settle_hold(h);  // still cached, or the session's own now
     if (timed_out) return false;
     ges_disarm(slot);
     if ((word & 0xff) != kGesGranted) return denied(r, mode, word);
     const uint64_t token = load_acquire(&slot->token);
-    h = ges_find_held(r);
     if (h != nullptr) {
         h->mode = mode;
         h->count++;
         h->token = token;
+        h->cached = false;
     } else {
-        ges_add_held(GesHeld{r, mode, 1, fences0, shard0, token});
+        ges_add_held(GesHeld{r, mode, 1, fences0, shard0, token, false, 0, 0});
     }
     // Fenced while we waited: the grant is void like the rest.
     ges_void_lost_locks();
@@ -382,6 +532,13 @@ bool ges_unlock(const ResourceName& r) {
     }
     if (h->count > 1) {
         h->count--;
+        return true;
+    }
+    settle_hold(h);
+    if (h->cached) {
+        // A use of the node's lock ends: nothing to tell the master.
+        drop_cached_use(*h, 1000);
+        ges_drop_held(h);
         return true;
     }
     // The last level: the session keeps the lock until the Release is queued

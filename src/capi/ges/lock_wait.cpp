@@ -67,8 +67,9 @@ void resend_if_lms_restarted() {
     const uint32_t starts = load_acquire(&g->lms_starts[w]);
     if (starts == g_pending.lms_starts) return;
     g_pending.lms_starts = starts;
-    (void)ges_send_client(GesMsgType::Request, &rq.resource, route_key_for(rq.resource), rq.mode,
-                          rq.id, rq.flags, rq.timeout_ms, DenyReason::Cancelled, 1000);
+    (void)ges_send_client(rq.cached ? GesMsgType::Convert : GesMsgType::Request, &rq.resource,
+                          route_key_for(rq.resource), rq.mode, rq.id, rq.flags, rq.timeout_ms,
+                          DenyReason::Cancelled, 1000);
 }
 
 }  // namespace

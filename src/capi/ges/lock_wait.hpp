@@ -24,6 +24,7 @@ struct GesRequest {
     uint32_t timeout_ms;  // the master's wait limit (0: none)
     bool was_held;        // the session holds the resource in `prior` (a conversion)
     pgrac::ic::ges::LockMode prior;
+    bool cached;  // a conversion of a lock taken from the node's cache (sent as Convert)
 };
 
 // This backend's slot, taken for this session (ERROR if pgrac_ic is not

@@ -123,6 +123,29 @@ void DeadlockRound::finish() {
     edges_.clear();
 }
 
+std::vector<WaitForEdge> through_cached_locks(const std::vector<WaitForEdge>& edges) {
+    std::map<std::pair<uint16_t, ResourceName>, std::vector<Owner>> users;
+    for (const WaitForEdge& e : edges)
+        if (is_use_edge(e)) users[{e.waiter.node, e.resource}].push_back(e.holder);
+    std::vector<WaitForEdge> out;
+    for (const WaitForEdge& e : edges) {
+        if (is_use_edge(e)) continue;
+        if (e.holder.proc != kNodeOwnerProc) {
+            out.push_back(e);
+            continue;
+        }
+        auto it = users.find({e.holder.node, e.resource});
+        if (it == users.end()) continue;
+        for (Owner u : it->second) {
+            if (u == e.waiter) continue;
+            WaitForEdge x = e;
+            x.holder = u;
+            out.push_back(x);
+        }
+    }
+    return out;
+}
+
 bool DeadlockRound::add(uint16_t node, uint16_t worker, uint64_t round, bool last, bool incomplete,
                         const std::vector<WaitForEdge>& edges) {
     if (!active() || round != id_) return false;
@@ -131,7 +154,8 @@ bool DeadlockRound::add(uint16_t node, uint16_t worker, uint64_t round, bool las
         if (s.source.node == node && s.source.worker == worker) slot = &s;
     if (slot == nullptr || slot->done) return false;
     for (const WaitForEdge& e : edges) {
-        if (e.master != node) {
+        // A use edge comes from the cached lock's node; any other from its master.
+        if (is_use_edge(e) ? e.waiter.node != node : e.master != node) {
             // A source only knows the resources it masters: nonsense, so no
             // decision from this round.
             spoiled_ = true;

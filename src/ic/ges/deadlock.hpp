@@ -36,6 +36,18 @@ bool operator==(const WaitForEdge& a, const WaitForEdge& b);
 // edges before the search goes on. Deterministic for a given edge set.
 std::vector<WaitForEdge> find_deadlock_victims(std::vector<WaitForEdge> edges);
 
+// Node-level caching (docs/ges.md, "Node-level caching"): a cached lock's
+// holder at the master is its node's owner (proc kNodeOwnerProc), and the
+// ones a waiter really waits for are that lock's local users. A node reports
+// them as *use edges* (waiter = the node owner, holder = a user, master = the
+// reporting node). This replaces every edge to a node owner by edges to the
+// users of that lock on that node (none: the lock is on its way back, no
+// wait) and drops the use edges.
+std::vector<WaitForEdge> through_cached_locks(const std::vector<WaitForEdge>& edges);
+inline bool is_use_edge(const WaitForEdge& e) {
+    return e.waiter.proc == kNodeOwnerProc;
+}
+
 // ---- cluster-wide detection (docs/ges.md, "Deadlocks", layer 2)
 
 // The node that runs the cluster-wide search: the lowest live node id (0 if

@@ -91,7 +91,7 @@ Events LockTable::submit(const LockRequest& rq, bool convert_only) {
         l.since = rq.now;
         r.holders.push_back(l);
         ev.push_back(Event::granted(rq.owner, name, rq.mode, rq.request_id));
-    } else if (nowait && !frozen_) {
+    } else if (nowait && !frozen_ && !blocked_only_by_cache(r, rq)) {
         ev.push_back(Event::denied(rq.owner, name, rq.mode, rq.request_id, DenyReason::NoWait));
     } else {
         Lock l;
@@ -102,6 +102,12 @@ Events LockTable::submit(const LockRequest& rq, bool convert_only) {
         l.flags = rq.flags;
         l.since = rq.now;
         l.deadline = rq.deadline;
+        if (nowait && !frozen_) {
+            // Blocked only by cached locks: their BASTs go out now, and the
+            // request waits a moment for them to come back.
+            l.cache_grace = true;
+            l.deadline = rq.now + options_.nowait_cache_grace;
+        }
         l.order = next_order_++;
         l.new_in_replay = frozen_;
         r.waiters.push_back(l);
@@ -111,6 +117,17 @@ Events LockTable::submit(const LockRequest& rq, bool convert_only) {
     settle(name, ev);
     if (queued && !frozen_ && options_.detect_deadlocks_on_wait) check_deadlocks(ev);
     return ev;
+}
+
+// A new NOWAIT request that only nodes' cached locks keep from a grant (no
+// queue, every conflicting holder a node owner) may wait for their give-back.
+bool LockTable::blocked_only_by_cache(const Resource& r, const LockRequest& rq) const {
+    if (options_.nowait_cache_grace <= 0 || !r.convert.empty() || !r.waiters.empty()) return false;
+    for (const Lock& h : r.holders)
+        if (h.owner != rq.owner && !modes_compatible(h.granted, rq.mode) &&
+            h.owner.proc != kNodeOwnerProc)
+            return false;
+    return true;
 }
 
 void LockTable::start_conversion(Resource& r, Lock& h, const LockRequest& rq, Events& ev) {
@@ -190,7 +207,7 @@ void LockTable::serve_queues(const ResourceName& name, Resource& r, Events& ev) 
             if (h.state == LockState::Converting && (h.flags & kNoWait))
                 withdrew |= withdraw(name, r, h.owner, h.request_id, DenyReason::NoWait, ev);
         for (const Lock& w : std::vector<Lock>(r.waiters))
-            if (w.flags & kNoWait)
+            if ((w.flags & kNoWait) && !w.cache_grace)
                 withdrew |= withdraw(name, r, w.owner, w.request_id, DenyReason::NoWait, ev);
         if (!withdrew) return;
     }
@@ -245,6 +262,34 @@ Events LockTable::release(Owner owner, const ResourceName& resource, int64_t now
     withdraw(resource, r, owner, 0, DenyReason::Cancelled, ev);
     erase_if(r.holders, [owner](const Lock& l) { return l.owner == owner; });
     settle(resource, ev);
+    return ev;
+}
+
+// Node-level caching: from's granted lock becomes to's, in place (grant
+// order, since and BAST marks kept: the master already told this holder).
+// If `to` already has a lock or request on the resource, from's lock is
+// released instead (to's own mode stays). Only a granted lock moves.
+Events LockTable::transfer(Owner from, Owner to, const ResourceName& resource, uint64_t request_id,
+                           int64_t now, bool* moved) {
+    now_ = now;
+    Events ev;
+    if (moved != nullptr) *moved = false;
+    auto it = resources_.find(resource);
+    if (it == resources_.end()) return ev;
+    Resource& r = it->second;
+    Lock* l = find_holder(r, from);
+    if (l == nullptr || l->state != LockState::Granted) return ev;
+    if (find_holder(r, to) != nullptr || find_waiter(r, to) != nullptr) {
+        erase_if(r.holders, [from](const Lock& x) { return x.owner == from; });
+        settle(resource, ev);
+        return ev;
+    }
+    l->owner = to;
+    if (request_id != 0) {
+        l->grant_id = l->request_id = request_id;
+        ev.push_back(Event::granted(to, resource, l->granted, request_id));
+    }
+    if (moved != nullptr) *moved = true;
     return ev;
 }
 
@@ -314,6 +359,7 @@ Events LockTable::expire(int64_t now) {
         ResourceName name;
         Owner owner;
         uint64_t request_id;
+        bool nowait;  // a NOWAIT's grace for cached locks ran out
     };
     std::vector<Due> due;
     auto overdue = [now](const Lock& l) {
@@ -321,9 +367,9 @@ Events LockTable::expire(int64_t now) {
     };
     for (const auto& [name, r] : resources_) {
         for (const Lock& l : r.holders)
-            if (overdue(l)) due.push_back({name, l.owner, l.request_id});
+            if (overdue(l)) due.push_back({name, l.owner, l.request_id, false});
         for (const Lock& l : r.waiters)
-            if (overdue(l)) due.push_back({name, l.owner, l.request_id});
+            if (overdue(l)) due.push_back({name, l.owner, l.request_id, l.cache_grace});
     }
     std::sort(due.begin(), due.end(), [](const Due& a, const Due& b) {
         return a.name < b.name || (a.name == b.name && a.owner < b.owner);
@@ -331,7 +377,8 @@ Events LockTable::expire(int64_t now) {
     for (const Due& d : due) {
         auto it = resources_.find(d.name);
         if (it == resources_.end()) continue;
-        if (withdraw(d.name, it->second, d.owner, d.request_id, DenyReason::Timeout, ev))
+        if (withdraw(d.name, it->second, d.owner, d.request_id,
+                     d.nowait ? DenyReason::NoWait : DenyReason::Timeout, ev))
             settle(d.name, ev);
     }
     return ev;

@@ -66,6 +66,10 @@ class LockTable {
   public:
     struct Options {
         bool detect_deadlocks_on_wait = true;  // else only detect_deadlocks() finds them
+        // A NOWAIT request blocked only by nodes' cached locks (owner proc
+        // kNodeOwnerProc) waits this long for them to be given back (their
+        // BASTs are sent) before it is denied NoWait; 0: denied at once.
+        int64_t nowait_cache_grace = 0;
     };
     explicit LockTable(uint16_t self_node) : LockTable(self_node, Options{}) {}
     LockTable(uint16_t self_node, Options options) : self_(self_node), options_(options) {}
@@ -77,6 +81,14 @@ class LockTable {
     // Drops the owner's lock on the resource (and any pending conversion or
     // request of it, which gets Denied: cancelled). Nothing if none.
     Events release(Owner owner, const ResourceName& resource, int64_t now);
+    // Node-level caching (docs/ges.md): from's granted lock on the resource
+    // becomes to's (same mode and place); with a nonzero request_id, `to` is
+    // told with a Granted event (the client's acknowledgement). If `to`
+    // already has a lock or request there, from's is released instead.
+    // Nothing if from holds no granted lock there. *moved (if given): whether
+    // the lock moved.
+    Events transfer(Owner from, Owner to, const ResourceName& resource, uint64_t request_id,
+                    int64_t now, bool* moved = nullptr);
     // Withdraws the owner's pending request or conversion (request_id 0: any).
     // A conversion reverts to the mode still held. Denied(reason) to the owner.
     Events cancel(Owner owner, const ResourceName& resource, uint64_t request_id, DenyReason reason,
@@ -138,6 +150,7 @@ class LockTable {
         uint64_t order = 0;                 // arrival order of the pending request
         uint8_t bast_sent = 0;              // blocked modes already BASTed (bit per mode)
         bool new_in_replay = false;         // queued by request() during a replay
+        bool cache_grace = false;           // NOWAIT waiting for cached locks to come back
     };
     struct Resource {
         std::vector<Lock> holders;   // grant queue: Granted and Converting, grant order
@@ -149,6 +162,7 @@ class LockTable {
 
     Events submit(const LockRequest& rq, bool convert_only);
     void start_conversion(Resource& r, Lock& l, const LockRequest& rq, Events& ev);
+    bool blocked_only_by_cache(const Resource& r, const LockRequest& rq) const;
     // Serves the queues, denies NOWAIT leftovers, sends BASTs, and erases the
     // resource if it is empty. Skipped (except the erase) while frozen.
     void settle(const ResourceName& name, Events& ev);

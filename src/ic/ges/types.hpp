@@ -30,6 +30,13 @@ struct OwnerHash {
     size_t operator()(Owner o) const { return (static_cast<size_t>(o.node) << 32) ^ o.proc; }
 };
 
+// The owner of a node's cached locks (docs/ges.md, "Node-level caching"):
+// proc 0 names no backend.
+inline constexpr uint32_t kNodeOwnerProc = 0;
+inline Owner node_owner(uint16_t node) {
+    return Owner{node, kNodeOwnerProc};
+}
+
 // The key of per-lock maps: (resource, owner), ordered by resource first.
 struct LockKey {
     ResourceName resource;

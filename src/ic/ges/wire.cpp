@@ -113,7 +113,8 @@ GesWireError check_message(const GesMessage& m) {
     }
     if (!node_ok(m.owner.node)) return GesWireError::BadNode;
     if (m.type == GesMsgType::ReleaseAll) return GesWireError::None;
-    const bool has_id = m.type != GesMsgType::Release;
+    const bool has_id = m.type != GesMsgType::Release && m.type != GesMsgType::Transfer &&
+                        m.type != GesMsgType::CacheNotify;
     if (has_id && m.type != GesMsgType::Cancel && m.request_id == 0)
         return GesWireError::BadRequestId;
     switch (m.type) {
@@ -135,6 +136,9 @@ GesWireError check_message(const GesMessage& m) {
         case GesMsgType::Deny:
             if (!mode_ok(m.mode)) return GesWireError::BadMode;
             if (!deny_reason_ok(m.reason)) return GesWireError::BadReason;
+            break;
+        case GesMsgType::Transfer:
+            if (m.to_proc == m.owner.proc) return GesWireError::BadEdge;  // to itself
             break;
         default:
             break;
@@ -213,6 +217,10 @@ const char* ges_msg_type_name(GesMsgType t) {
             return "edges";
         case GesMsgType::ReplayDone:
             return "replay_done";
+        case GesMsgType::Transfer:
+            return "transfer";
+        case GesMsgType::CacheNotify:
+            return "cache_notify";
     }
     return "unknown";
 }
@@ -265,7 +273,11 @@ bool operator==(const GesMessage& a, const GesMessage& b) {
             return a.owner == b.owner && a.request_id == b.request_id && a.mode == b.mode &&
                    a.flags == b.flags && a.timeout_ms == b.timeout_ms && a.resource == b.resource;
         case GesMsgType::Release:
+        case GesMsgType::CacheNotify:
             return a.owner == b.owner && a.resource == b.resource;
+        case GesMsgType::Transfer:
+            return a.owner == b.owner && a.to_proc == b.to_proc && a.request_id == b.request_id &&
+                   a.resource == b.resource;
         case GesMsgType::ReleaseAll:
             return a.owner == b.owner;
         case GesMsgType::Cancel:
@@ -312,7 +324,14 @@ GesWireError encode_ges_message(const GesMessage& m, std::vector<uint8_t>* out) 
             put_resource(w, m.resource);
             break;
         case GesMsgType::Release:
+        case GesMsgType::CacheNotify:
             put_owner(w, m.owner);
+            put_resource(w, m.resource);
+            break;
+        case GesMsgType::Transfer:
+            put_owner(w, m.owner);
+            w.le<uint32_t>(m.to_proc);
+            w.le<uint64_t>(m.request_id);
             put_resource(w, m.resource);
             break;
         case GesMsgType::ReleaseAll:
@@ -417,7 +436,14 @@ GesWireError decode_ges_message(const uint8_t* in, size_t len, GesMessage* out) 
             if (!read_resource(r, &m.resource, &err)) return err;
             break;
         case GesMsgType::Release:
+        case GesMsgType::CacheNotify:
             m.owner = read_owner(r);
+            if (!read_resource(r, &m.resource, &err)) return err;
+            break;
+        case GesMsgType::Transfer:
+            m.owner = read_owner(r);
+            m.to_proc = r.le<uint32_t>();
+            m.request_id = r.le<uint64_t>();
             if (!read_resource(r, &m.resource, &err)) return err;
             break;
         case GesMsgType::ReleaseAll:

@@ -25,6 +25,12 @@
 //                     "Epochs and the rebuild")
 //   WaitHint          u16 worker, u32 oldest_wait_ms          (cluster-wide deadlock search:
 //   EdgesRequest      u64 round (nonzero), u32 min_wait_ms     see docs/ges.md, "Deadlocks")
+//   Transfer          owner (the holder now), u32 to_proc (the new holder, same node),
+//                     u64 request_id (0: no answer; else the master grants to_proc under
+//                     it: a new token), resource (docs/ges.md, "Node-level caching": a
+//                     backend's lock becomes the node's cached lock, proc 0, or back)
+//   CacheNotify       owner, resource (a backend -> its LMS: the local users of the cached lock
+//                     changed while a BAST or a local conversion waits)
 //   Edges             u64 round (nonzero), u16 worker, u8 flags (bit 0: last part, bit 1:
 //                     incomplete), u8 reserved (0), u16 count (<= 600), count entries:
 //                     waiter owner, holder owner, u16 master, u64 request_id, i64 since,
@@ -43,7 +49,7 @@
 
 namespace pgrac::ic::ges {
 
-inline constexpr uint8_t kGesWireVersion = 2;
+inline constexpr uint8_t kGesWireVersion = 3;
 
 enum class GesMsgType : uint8_t {
     Request = 1,
@@ -63,8 +69,13 @@ enum class GesMsgType : uint8_t {
     // this epoch is complete; it names the sender's worker and the settings the
     // replay's routing rests on, which the master checks against its own.
     ReplayDone = 13,
+    // Node-level caching (docs/ges.md): a client LMS -> the master: the lock of
+    // `owner` on the resource is now `to_proc`'s of the same node.
+    Transfer = 14,
+    // A backend -> its LMS: a cached lock's local users changed (client only).
+    CacheNotify = 15,
 };
-inline constexpr uint8_t kMaxGesMsgType = 13;
+inline constexpr uint8_t kMaxGesMsgType = 15;
 const char* ges_msg_type_name(GesMsgType t);
 
 enum ReplayFlag : uint8_t { kReplayLast = 0x01 };
@@ -95,6 +106,7 @@ struct GesMessage {
     uint64_t request_id = 0;
     uint8_t flags = 0;        // Request/Convert: RequestFlag; Replay: ReplayFlag
     uint32_t timeout_ms = 0;  // Request/Convert: the requester's wait limit, 0 = none
+    uint32_t to_proc = 0;     // Transfer: the new holder (owner.node's)
     DenyReason reason = DenyReason::Cancelled;  // Cancel, Deny
     std::vector<ReplayEntry> entries;           // Replay
     uint64_t round = 0;                         // EdgesRequest, Edges: the search round

@@ -15,6 +15,15 @@ namespace {
 constexpr int64_t kWaitCheckUs = 50000;
 // How often a worker looks for local owners whose backend is gone.
 constexpr int64_t kReapUs = 250000;
+// How long a NOWAIT request blocked only by cached locks waits for their
+// give-back (docs/ges.md, "Node-level caching").
+constexpr int64_t kNoWaitCacheGraceUs = 50000;
+
+LockTable::Options table_options() {
+    LockTable::Options o;
+    o.nowait_cache_grace = kNoWaitCacheGraceUs;
+    return o;
+}
 // A replay barrier still missing a member's marker after this many
 // peer_timeouts asks the membership for a new epoch; by then membership would
 // have removed a member that went silent (docs/ges.md, "When a barrier
@@ -30,7 +39,7 @@ std::string list_text(const std::vector<uint16_t>& v) {
 }  // namespace
 
 Worker::Worker(WorkerHost& host, uint32_t index, uint16_t self, RegistryMirror mirror)
-    : host_(host), index_(index), self_(self), table_(self), mirror_(mirror) {
+    : host_(host), index_(index), self_(self), table_(self, table_options()), mirror_(mirror) {
     shard_fences_seen_ = host_.shard_fences(index);
     fences_seen_ = lease_fences(host_.lease_word());
 }
@@ -108,7 +117,7 @@ void Worker::reap_dead_owners(int64_t now) {
     std::map<Owner, std::vector<ResourceName>> dead;
     std::set<Owner> live_owner;
     for (const ReplayEntry& e : registry_.locks()) {
-        if (e.owner.node != self_) continue;
+        if (e.owner.node != self_ || e.owner.proc == kNodeOwnerProc) continue;
         if (host_.owner_alive(e.owner.proc, e.request_id))
             live_owner.insert(e.owner);
         else
@@ -233,14 +242,19 @@ void Worker::drop_everything(const char* why) {
                                  std::to_string(registry_.size()) + " local lock entries (" +
                                  std::to_string(waiting) + " waiting, denied) and " +
                                  std::to_string(table_.lock_count()) + " mastered locks");
+    for (const auto& [k, c] : conversions_)
+        host_.deliver_denial(k.owner.proc, c.m.request_id, DenyReason::NoQuorum);
+    conversions_.clear();
+    clear_cache();
     registry_ = ClientRegistry();
     held_tokens_.clear();
     mirror_.clear();
+    basted_.clear();
     stop_serving();
 }
 
 void Worker::stop_serving() {
-    table_ = LockTable(self_);
+    table_ = LockTable(self_, table_options());
     tokens_.clear();
     cancelling_.clear();
     orphans_.clear();
@@ -263,7 +277,7 @@ void Worker::start_epoch(const View& v, int64_t now) {
         live_.push_back(n);
         if ((epoch_witnesses_ & node_bit(n)) == 0) masters_.push_back(n);
     }
-    table_ = LockTable(self_);
+    table_ = LockTable(self_, table_options());
     tokens_.clear();
     table_.begin_replay();
     replaying_ = true;
@@ -577,6 +591,7 @@ void Worker::tick(int64_t now) {
     maybe_end_replay(now);
     if (epoch_ != 0 && !replaying_) dispatch(table_.expire(now), now);
     reap_dead_owners(now);
+    cache_tick(now);
     if (epoch_ != 0) deadlock_tick(now);
 }
 
@@ -595,7 +610,34 @@ int64_t Worker::deadlock_timeout_us() {
 }
 
 std::vector<WaitForEdge> Worker::old_edges(int64_t now, int64_t min_wait) const {
-    return edges_waiting_at_least(table_.wait_for_edges(), now, min_wait);
+    std::vector<WaitForEdge> out = edges_waiting_at_least(table_.wait_for_edges(), now, min_wait);
+    // Who really holds this node's cached locks that someone waits for (a
+    // BAST came): their local users (deadlock.hpp, through_cached_locks).
+    NodeCache* c = host_.node_cache();
+    for (const ResourceName& r : cache_basts_) {
+        if (c == nullptr) break;
+        const uint32_t part = c->partition_of(r, index_);
+        uint32_t index = 0, generation = 0;
+        bool found = false;
+        host_.lock_cache_partition(part);
+        if (const CacheEntry* x = c->find(part, r)) {
+            index = c->index_of(x);
+            generation = x->generation;
+            found = true;
+        }
+        host_.unlock_cache_partition(part);
+        if (!found) continue;
+        for (uint32_t pid : host_.cache_users(index, generation)) {
+            WaitForEdge e;
+            e.waiter = node_owner(self_);
+            e.holder = Owner{self_, pid};
+            e.resource = r;
+            e.master = self_;
+            e.request_id = 1;  // names no request: use edges are never victims
+            out.push_back(e);
+        }
+    }
+    return out;
 }
 
 void Worker::deadlock_tick(int64_t now) {
@@ -706,7 +748,8 @@ void Worker::maybe_decide(int64_t now) {
         return;
     }
     const size_t n_edges = round_.edges().size();
-    const std::vector<WaitForEdge> victims = find_deadlock_victims(round_.edges());
+    const std::vector<WaitForEdge> victims =
+        find_deadlock_victims(through_cached_locks(round_.edges()));
     log(WorkerLogLevel::Debug, "GES deadlock search: round " + std::to_string(round_.id()) + ": " +
                                    std::to_string(n_edges) + " old wait-for edges, " +
                                    std::to_string(victims.size()) + " cycle(s), " +
@@ -763,16 +806,32 @@ void Worker::on_client(const GesMessage& m, int64_t now) {
                 }
                 return;
             }
+            // A backend sends Convert only for a lock it took from the
+            // node's cache (a conversion the cache could not make).
+            if (m.type == GesMsgType::Convert) {
+                if (conversions_.count(k) == 0) convert_cached(m, now);
+                return;
+            }
             drop_stale_entry(m, now);
             if (!registry_.on_request(m.owner, m.resource, m.mode, m.request_id, m.flags, now)) {
                 host_.deliver_denial(m.owner.proc, m.request_id, DenyReason::AlreadyPending);
                 return;
             }
             sync(m.owner, m.resource);
+            basted_.erase(k);
+            // It missed the node's cache: an unused cached lock goes back
+            // first (FIFO to the same master), so that the request does not
+            // wait for a BAST to this node.
+            give_back_cached(m.resource, now);
             to_master(m, now);  // outside an epoch, the next epoch's replay carries it
             return;
         }
+        case GesMsgType::CacheNotify:
+            cache_look(m.resource, now);
+            return;
         case GesMsgType::Release:
+            if (keep_in_cache(m.owner, m.resource, now)) return;
+            basted_.erase(k);
             registry_.on_released(m.owner, m.resource);
             held_tokens_.erase(k);
             cancelling_.erase(k);
@@ -784,6 +843,16 @@ void Worker::on_client(const GesMessage& m, int64_t now) {
             release_owner(m.owner, now);
             return;
         case GesMsgType::Cancel: {
+            auto cv = conversions_.find(k);
+            if (cv != conversions_.end() &&
+                (m.request_id == 0 || cv->second.m.request_id == m.request_id)) {
+                const uint64_t id = cv->second.m.request_id;
+                conversions_.erase(cv);
+                mark_converting(m.resource);
+                cache_look(m.resource, now);
+                host_.deliver_denial(m.owner.proc, id, m.reason);
+                return;
+            }
             auto e = registry_.find(m.owner, m.resource);
             if (!e || e->state == LockState::Granted ||
                 (m.request_id != 0 && e->request_id != m.request_id))
@@ -852,6 +921,17 @@ void Worker::on_master(uint16_t src, const GesMessage& m, int64_t now) {
         case GesMsgType::Cancel:
             ev = table_.cancel(m.owner, m.resource, m.request_id, m.reason, now);
             break;
+        case GesMsgType::Transfer: {
+            const Owner to{m.owner.node, m.to_proc};
+            bool moved = false;
+            ev = table_.transfer(m.owner, to, m.resource, m.request_id, now, &moved);
+            auto t = tokens_.find(Key{m.resource, m.owner});
+            if (t != tokens_.end()) {
+                if (moved) tokens_[Key{m.resource, to}] = t->second;
+                tokens_.erase(Key{m.resource, m.owner});
+            }
+            break;
+        }
         case GesMsgType::Replay: {
             // The whole batch or nothing: the entries of one sender, of
             // resources this worker masters in the epoch, before its marker.
@@ -918,6 +998,8 @@ void Worker::on_reply(uint16_t src, const GesMessage& m, int64_t now) {
     const Key k{m.resource, m.owner};
     if (m.type == GesMsgType::Bast) {
         bast_count_++;
+        host_.count(WorkerCounter::BastsReceived);
+        cache_bast(m, now);
         return;
     }
     auto c = cancelling_.find(k);
@@ -945,8 +1027,13 @@ void Worker::on_reply(uint16_t src, const GesMessage& m, int64_t now) {
         const LockMode prior = e->state == LockState::Converting ? e->granted_mode : LockMode::NL;
         registry_.on_granted(m.owner, m.resource, m.request_id, now);
         orphans_.erase(k);
+        basted_.erase(k);
         held_tokens_[k] = m.token;
         sync(m.owner, m.resource);  // before the backend may act on it
+        if (m.owner.proc == kNodeOwnerProc) {
+            cache_granted(m.resource, m.mode, m.token, now);
+            return;
+        }
         // (The LMS's own requests, to undo or give back, have no waiter.)
         if (!(m.request_id & kInternalRequestId) &&
             !host_.deliver_grant(m.owner.proc, m.request_id, m.token))
@@ -1029,10 +1116,11 @@ void Worker::to_master(const GesMessage& msg, int64_t now) {
         host_.send(master, GesChannel::Master, route_key_for(m.resource), std::move(body));
 }
 
-// Each grant gets a fencing token: the epoch in the high 32 bits, a
-// counter of this worker's grants in the epoch in the low 32. One master
-// per resource and epoch, and epochs only grow: so a resource's tokens
-// grow strictly across the cluster (docs/ges.md, "Fencing tokens").
+// Each grant gets a fencing token: the epoch in the high 32 bits, then a
+// counter of this worker's grants in the epoch, then kCacheTokenBits zero
+// bits that number the local takes of the lock once the node caches it.
+// One master per resource and epoch, and epochs only grow: so a resource's
+// tokens grow strictly across the cluster (docs/ges.md, "Fencing tokens").
 void Worker::dispatch(const Events& ev, int64_t now) {
     for (const Event& e : ev) {
         GesMessage r = message_for_event(e);
@@ -1042,10 +1130,11 @@ void Worker::dispatch(const Events& ev, int64_t now) {
                 grant_epoch_ = epoch_;
                 grant_seq_ = 0;
             }
-            r.token = (static_cast<uint64_t>(epoch_) << 32) | ++grant_seq_;
-            // Far from wrapping (2^32 grants of one worker in one epoch),
+            r.token = (static_cast<uint64_t>(epoch_) << 32) |
+                      (static_cast<uint64_t>(++grant_seq_) << kCacheTokenBits);
+            // Far from wrapping (2^24 grants of one worker in one epoch),
             // ask for a new epoch: tokens must only grow.
-            if (grant_seq_ == (1u << 31)) host_.request_new_epoch();
+            if (grant_seq_ == (1u << (31 - kCacheTokenBits))) host_.request_new_epoch();
             tokens_[Key{e.resource, e.owner}] = r.token;
         }
         if (e.owner.node == self_) {
@@ -1080,6 +1169,351 @@ void Worker::handle(WorkerRole role, uint16_t src, const uint8_t* body, size_t l
         case WorkerRole::Deadlock:
             on_deadlock(src, m, now);
             break;
+    }
+}
+
+// ---- node-level caching (docs/ges.md, "Node-level caching")
+//
+// A backend's last release of a granted lock keeps it on this node: the
+// lock becomes the node owner's (proc 0) at the master (Transfer: same
+// mode, place and token) and an entry of the shared-memory cache, from which
+// backends take it again without a message. A BAST marks the entry (no new
+// take) and, once its users are gone, the lock goes back (Release of the node
+// owner). Only this worker inserts, frees and evicts its partitions' entries.
+
+bool Worker::cache_on() const {
+    NodeCache* c = host_.node_cache();
+    return c != nullptr && c->enabled() && member_ && epoch_ != 0;
+}
+
+// The backend `o` releases r. True if the lock is kept for the node: the
+// registry forgets o's lock and records a request of the node owner, and the
+// master renames o's lock the node owner's (Transfer) and answers with a
+// grant to it (a new token). Only that grant makes the cache entry usable: a
+// Transfer lost with a session leaves nothing usable (the node owner's request
+// is replayed in the next epoch like any waiting request).
+bool Worker::keep_in_cache(Owner o, const ResourceName& r, int64_t now) {
+    if (!cache_on() || o.proc == kNodeOwnerProc) return false;
+    const Key k{r, o};
+    const Owner node = node_owner(self_);
+    auto e = registry_.find(o, r);
+    auto t = held_tokens_.find(k);
+    if (!e || e->state != LockState::Granted || (e->request_id & kInternalRequestId) ||
+        t == held_tokens_.end() || t->second == 0 || basted_.count(k) != 0 ||
+        cancelling_.count(k) != 0 || orphans_.count(k) != 0 || registry_.find(node, r))
+        return false;
+    const LockMode mode = e->granted_mode;
+    const uint64_t id = kInternalRequestId | next_internal_id_++;
+    registry_.on_released(o, r);
+    held_tokens_.erase(k);
+    sync(o, r);
+    registry_.on_request(node, r, mode, id, 0, now);
+    sync(node, r);
+    host_.count(WorkerCounter::CacheTransfers);
+    GesMessage tr;
+    tr.type = GesMsgType::Transfer;
+    tr.owner = o;
+    tr.to_proc = kNodeOwnerProc;
+    tr.request_id = id;
+    tr.resource = r;
+    to_master(tr, now);
+    return true;
+}
+
+// The master granted the node owner r (a Transfer's answer, or a replayed
+// request of it): the lock enters the cache, unless a BAST already asks for it
+// back or there is no room.
+void Worker::cache_granted(const ResourceName& r, LockMode mode, uint64_t token, int64_t now) {
+    NodeCache* c = host_.node_cache();
+    const bool basted = pending_basts_.erase(r) != 0;
+    bool kept = false;
+    std::optional<ResourceName> evicted;
+    if (cache_on() && !basted) {
+        const uint32_t part = c->partition_of(r, index_);
+        host_.lock_cache_partition(part);
+        CacheEntry* x = c->find(part, r);
+        if (x == nullptr) {
+            x = c->insert(part, r);
+            if (x == nullptr) {
+                if (CacheEntry* v = c->victim(part)) {
+                    evicted = v->resource;
+                    c->erase(part, v);
+                    x = c->insert(part, r);
+                }
+            }
+            if (x != nullptr) {
+                x->mode = static_cast<uint8_t>(mode);
+                x->fences = fences_seen_;
+                x->shard_fences = shard_fences_seen_;
+                x->grant_token = token;
+                x->next_token = token + 1;
+                x->token_end = (token | (kCacheTokenRange - 1)) + 1;
+                x->state = kCacheCached;
+                kept = true;
+            }
+        }
+        host_.unlock_cache_partition(part);
+    }
+    if (evicted) {
+        host_.count(WorkerCounter::CacheEvictions);
+        release_node_lock(*evicted, now);
+    }
+    if (!kept) {
+        if (basted) host_.count(WorkerCounter::CacheGiveBacks);
+        release_node_lock(r, now);
+    }
+}
+
+// The node owner's lock of r goes back to the master.
+void Worker::release_node_lock(const ResourceName& r, int64_t now) {
+    const Owner node = node_owner(self_);
+    cache_basts_.erase(r);
+    if (!registry_.find(node, r)) return;
+    registry_.on_released(node, r);
+    held_tokens_.erase(Key{r, node});
+    sync(node, r);
+    GesMessage rel;
+    rel.type = GesMsgType::Release;
+    rel.owner = node;
+    rel.resource = r;
+    to_master(rel, now);
+}
+
+// Frees r's entry if nobody uses it and no conversion waits on it. True if
+// freed (the node owner's lock must then go back).
+bool Worker::free_unused_entry(const ResourceName& r) {
+    NodeCache* c = host_.node_cache();
+    if (c == nullptr || !c->enabled()) return false;
+    const uint32_t part = c->partition_of(r, index_);
+    bool freed = false;
+    host_.lock_cache_partition(part);
+    CacheEntry* x = c->find(part, r);
+    if (x != nullptr && cache_users(*x) == 0 && x->converting == 0) {
+        c->erase(part, x);
+        freed = true;
+    }
+    host_.unlock_cache_partition(part);
+    return freed;
+}
+
+// Marks r's entry while a local conversion waits on it (no new take), and
+// unmarks it when none does.
+void Worker::mark_converting(const ResourceName& r) {
+    NodeCache* c = host_.node_cache();
+    if (c == nullptr || !c->enabled()) return;
+    auto it = conversions_.lower_bound(Key{r, Owner{0, 0}});
+    const bool waits = it != conversions_.end() && it->first.resource == r;
+    const uint32_t part = c->partition_of(r, index_);
+    host_.lock_cache_partition(part);
+    if (CacheEntry* x = c->find(part, r)) x->converting = waits ? 1 : 0;
+    host_.unlock_cache_partition(part);
+}
+
+// The node owner's lock of r goes back to the master if the cache has it
+// and nobody uses it.
+void Worker::give_back_cached(const ResourceName& r, int64_t now) {
+    auto e = registry_.find(node_owner(self_), r);
+    if (!e || e->state != LockState::Granted) return;
+    if (!free_unused_entry(r)) return;
+    release_node_lock(r, now);
+}
+
+// A BAST: for the node owner's cached lock, or for a backend's lock that
+// was (or is being) moved into the cache. No new local take from now on;
+// back as soon as the local users are done.
+void Worker::cache_bast(const GesMessage& m, int64_t now) {
+    const Owner node = node_owner(self_);
+    auto held = registry_.find(node, m.resource);
+    if (!held) {
+        // A backend's own lock: when it releases, the lock goes back, not
+        // into the cache (someone waits for it).
+        if (m.owner.proc != kNodeOwnerProc) basted_.insert(Key{m.resource, m.owner});
+        return;
+    }
+    if (held->state != LockState::Granted) {
+        // The Transfer's grant is on its way: the lock goes back as it comes.
+        pending_basts_.insert(m.resource);
+        return;
+    }
+    NodeCache* c = host_.node_cache();
+    bool marked = false;
+    if (c != nullptr && c->enabled()) {
+        const uint32_t part = c->partition_of(m.resource, index_);
+        host_.lock_cache_partition(part);
+        if (CacheEntry* x = c->find(part, m.resource)) {
+            x->bast = static_cast<uint8_t>(1 + static_cast<uint8_t>(m.mode));
+            marked = true;
+        }
+        host_.unlock_cache_partition(part);
+    }
+    if (!marked) {  // granted to the node but not in the cache: back at once
+        host_.count(WorkerCounter::CacheGiveBacks);
+        release_node_lock(m.resource, now);
+        return;
+    }
+    cache_basts_.insert(m.resource);
+    cache_look(m.resource, now);
+}
+
+// The users of r's cached lock changed (a backend's notice, a cancel, the
+// tick): act on a BAST or a waiting conversion that can go on now.
+void Worker::cache_look(const ResourceName& r, int64_t now) {
+    // A conversion of a cached lock waits until its backend is the only user.
+    std::vector<std::pair<Owner, int64_t>> waiting;
+    for (auto it = conversions_.lower_bound(Key{r, Owner{0, 0}});
+         it != conversions_.end() && it->first.resource == r; ++it) {
+        const GesMessage m = it->second.m;
+        if (convert_cached_now(m, now)) {
+            conversions_.erase(Key{r, m.owner});
+            mark_converting(r);
+            return;  // the entry is gone: any other conversion waits at the master now
+        }
+        waiting.emplace_back(m.owner, it->second.since);
+    }
+    if (waiting.size() >= 2) {
+        // Every user waits to convert and none is alone: each waits for the
+        // others (the conversion deadlock of two readers that both want to
+        // write). The youngest gives way, as in the lock table.
+        NodeCache* c = host_.node_cache();
+        const uint32_t part = c->partition_of(r, index_);
+        host_.lock_cache_partition(part);
+        CacheEntry* x = c->find(part, r);
+        const uint32_t users = x != nullptr ? cache_users(*x) : 0;
+        host_.unlock_cache_partition(part);
+        if (users == waiting.size()) {
+            auto youngest =
+                std::max_element(waiting.begin(), waiting.end(), [](const auto& a, const auto& b) {
+                    return a.second != b.second ? a.second < b.second : a.first < b.first;
+                });
+            auto v = conversions_.find(Key{r, youngest->first});
+            const uint64_t id = v->second.m.request_id;
+            conversions_.erase(v);
+            host_.deliver_denial(youngest->first.proc, id, DenyReason::Deadlock);
+            mark_converting(r);
+        }
+    }
+    if (cache_basts_.count(r) != 0) {
+        const Owner node = node_owner(self_);
+        if (!registry_.find(node, r)) {
+            cache_basts_.erase(r);
+            return;
+        }
+        const size_t before = cache_basts_.size();
+        give_back_cached(r, now);
+        if (cache_basts_.size() != before) host_.count(WorkerCounter::CacheGiveBacks);
+    }
+}
+
+// A backend whose lock of r came from the cache asks for a mode the cache
+// could not give it. Once it is the only local user, the lock becomes its own
+// again at the master (Transfer back), and the conversion goes on as any.
+void Worker::convert_cached(const GesMessage& m, int64_t now) {
+    if (!member_) {
+        host_.deliver_denial(m.owner.proc, m.request_id, DenyReason::NoQuorum);
+        return;
+    }
+    if (convert_cached_now(m, now)) return;
+    NodeCache* c = host_.node_cache();
+    if (c == nullptr || !registry_.find(node_owner(self_), m.resource)) {
+        host_.deliver_denial(m.owner.proc, m.request_id, DenyReason::NotHeld);
+        return;
+    }
+    if (m.flags & kNoWait) {
+        host_.deliver_denial(m.owner.proc, m.request_id, DenyReason::NoWait);
+        return;
+    }
+    const int64_t deadline = m.timeout_ms ? now + static_cast<int64_t>(m.timeout_ms) * 1000 : 0;
+    conversions_[Key{m.resource, m.owner}] = CachedConversion{m, deadline, now};
+    mark_converting(m.resource);
+    cache_look(m.resource, now);  // all users converting: one gives way
+}
+
+// True if the conversion was started (or answered): the backend was the only
+// user of the cached lock, which is now its own lock at the master again.
+bool Worker::convert_cached_now(const GesMessage& m, int64_t now) {
+    NodeCache* c = host_.node_cache();
+    const Owner node = node_owner(self_);
+    auto held = registry_.find(node, m.resource);
+    if (c == nullptr || !c->enabled() || !held) return false;
+    const uint32_t part = c->partition_of(m.resource, index_);
+    bool sole = false;
+    host_.lock_cache_partition(part);
+    CacheEntry* x = c->find(part, m.resource);
+    if (x != nullptr && cache_users(*x) == 1) {
+        c->erase(part, x);
+        sole = true;
+    }
+    host_.unlock_cache_partition(part);
+    if (!sole) return false;
+    host_.count(WorkerCounter::CacheConversions);
+    cache_basts_.erase(m.resource);
+    const Key nk{m.resource, node};
+    const uint64_t token = held_tokens_.count(nk) ? held_tokens_[nk] : 0;
+    const LockMode mode = held->granted_mode;
+    // The node owner's lock is the backend's again (Transfer back) ...
+    registry_.on_released(node, m.resource);
+    held_tokens_.erase(nk);
+    sync(node, m.resource);
+    const uint64_t gid = kInternalRequestId | next_internal_id_++;
+    registry_.on_request(m.owner, m.resource, mode, gid, 0, now);
+    registry_.on_granted(m.owner, m.resource, gid, now);
+    held_tokens_[Key{m.resource, m.owner}] = token;
+    sync(m.owner, m.resource);
+    GesMessage tr;
+    tr.type = GesMsgType::Transfer;
+    tr.owner = node;
+    tr.to_proc = m.owner.proc;
+    tr.request_id = 0;  // no answer: the backend's registry entry is granted already
+    tr.resource = m.resource;
+    to_master(tr, now);
+    // ... and its conversion goes to the master like any (FIFO after the Transfer).
+    GesMessage rq = m;
+    rq.type = GesMsgType::Request;
+    if (!registry_.on_request(m.owner, m.resource, m.mode, m.request_id, rq.flags, now)) {
+        host_.deliver_denial(m.owner.proc, m.request_id, DenyReason::AlreadyPending);
+        return true;
+    }
+    sync(m.owner, m.resource);
+    to_master(rq, now);
+    return true;
+}
+
+// Deadlines of conversions waiting locally; BASTs whose users' notices were
+// lost (a full queue).
+void Worker::cache_tick(int64_t now) {
+    for (auto it = conversions_.begin(); it != conversions_.end();) {
+        if (it->second.deadline != 0 && now >= it->second.deadline) {
+            const GesMessage m = it->second.m;
+            it = conversions_.erase(it);
+            mark_converting(m.resource);
+            host_.deliver_denial(m.owner.proc, m.request_id, DenyReason::Timeout);
+            continue;
+        }
+        ++it;
+    }
+    // (A backend's notice may have been lost to a full queue.)
+    std::set<ResourceName> look(cache_basts_.begin(), cache_basts_.end());
+    for (const auto& [k, c] : conversions_) look.insert(k.resource);
+    for (const ResourceName& r : look) cache_look(r, now);
+}
+
+// The node was fenced or this worker restarted: every entry of its
+// partitions is void (their users learn it from the fence counts).
+void Worker::clear_cache() {
+    cache_basts_.clear();
+    pending_basts_.clear();
+    NodeCache* c = host_.node_cache();
+    if (c == nullptr || !c->enabled()) return;
+    for (uint32_t p = 0; p < kCachePartsPerWorker; ++p) {
+        const uint32_t part = index_ * kCachePartsPerWorker + p;
+        if (part >= c->partitions()) break;
+        host_.lock_cache_partition(part);
+        const uint32_t base = part * c->entries_per_partition();
+        for (uint32_t i = 0; i < c->entries_per_partition(); ++i) {
+            CacheEntry* x = c->at(base + i);
+            if (x != nullptr && x->state == kCacheCached) c->erase(part, x);
+        }
+        host_.unlock_cache_partition(part);
     }
 }
 

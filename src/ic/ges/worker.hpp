@@ -32,6 +32,7 @@
 #include "ic/ges/client.hpp"
 #include "ic/ges/deadlock.hpp"
 #include "ic/ges/lock_table.hpp"
+#include "ic/ges/node_cache.hpp"
 #include "ic/ges/wire.hpp"
 #include "ic/membership/membership.hpp"
 #include "ic/ges/registry_mirror.hpp"
@@ -70,6 +71,12 @@ enum class WorkerCounter : uint8_t {
     WrongSourceRefused,  // messages from a node that may not send them
     ReplayConflicts,     // replayed grants that conflicted with granted ones
     ClusterDeadlocks,    // victims of the cluster-wide deadlock search
+    // Node-level caching (docs/ges.md, "Node-level caching")
+    BastsReceived,     // BASTs that reached this node
+    CacheTransfers,    // released locks kept in the node's cache
+    CacheGiveBacks,    // cached locks given back because of a BAST
+    CacheEvictions,    // cached locks given back to make room (or a refresh)
+    CacheConversions,  // conversions of a cached lock made a backend's again
 };
 
 class WorkerHost {
@@ -104,6 +111,18 @@ class WorkerHost {
     // Witnesses vote and master nothing (cluster.witness_nodes). Every replay
     // marker carries it and n_lms(): a master refuses one whose differ.
     virtual NodeMask witnesses() = 0;
+
+    // ---- the node's lock cache (ic/ges/node_cache.hpp, in shared memory);
+    // nullptr: caching is off. The worker holds a partition's lock only
+    // around calls on the cache, never while it sends or logs.
+    virtual NodeCache* node_cache() { return nullptr; }
+    virtual void lock_cache_partition(uint32_t /*partition*/) {}
+    virtual void unlock_cache_partition(uint32_t /*partition*/) {}
+    // The backends (pids) of this node that use cache entry `entry` while its
+    // generation is `generation` (for the cluster-wide deadlock search).
+    virtual std::vector<uint32_t> cache_users(uint32_t /*entry*/, uint32_t /*generation*/) {
+        return {};
+    }
 
     // ---- settings
     virtual uint32_t n_lms() = 0;               // cluster.lms_workers of this node (>= 1)
@@ -157,6 +176,8 @@ class Worker {
     int64_t replay_barrier_bound_ms();
     bool member() const { return member_; }
     uint64_t basts_received() const { return bast_count_; }
+    // Cached locks of this worker whose BAST waits for their local users.
+    size_t cache_basts_pending() const { return cache_basts_.size(); }
 
   private:
     using Key = LockKey;
@@ -221,6 +242,25 @@ class Worker {
         for (auto it = m->begin(); it != m->end();)
             it = it->first.owner == o ? m->erase(it) : std::next(it);
     }
+    // Node-level caching (docs/ges.md, "Node-level caching").
+    struct CachedConversion {
+        GesMessage m;      // the backend's Convert
+        int64_t deadline;  // 0: none
+        int64_t since;     // when it began to wait
+    };
+    bool cache_on() const;
+    bool keep_in_cache(Owner o, const ResourceName& r, int64_t now);
+    void give_back_cached(const ResourceName& r, int64_t now);
+    void cache_granted(const ResourceName& r, LockMode mode, uint64_t token, int64_t now);
+    void release_node_lock(const ResourceName& r, int64_t now);
+    bool free_unused_entry(const ResourceName& r);
+    void mark_converting(const ResourceName& r);
+    void cache_bast(const GesMessage& m, int64_t now);
+    void cache_look(const ResourceName& r, int64_t now);
+    void convert_cached(const GesMessage& m, int64_t now);
+    bool convert_cached_now(const GesMessage& m, int64_t now);
+    void cache_tick(int64_t now);
+    void clear_cache();
     void give_back(Owner o, const ResourceName& r, LockMode prior, int64_t now);
     void undo(Owner o, const ResourceName& r, int64_t now);
     void to_master(const GesMessage& msg, int64_t now);
@@ -263,6 +303,10 @@ class Worker {
     int64_t last_reap_ = 0;
     uint64_t next_internal_id_ = 1;
     uint64_t bast_count_ = 0;
+    std::set<Key> basted_;                         // direct holders told of a BAST (not cached)
+    std::set<ResourceName> cache_basts_;           // cached locks a BAST asks back
+    std::set<ResourceName> pending_basts_;         // BASTs that came before the Transfer's grant
+    std::map<Key, CachedConversion> conversions_;  // conversions of cached locks waiting locally
     // Deadlock search: every worker's hinting, and the coordinator's round.
     int64_t last_wait_check_ = 0;
     int64_t last_hint_ = 0;

@@ -109,7 +109,7 @@ GesMessage edges() {
 
 bool has_owner(GesMsgType t) {
     const auto v = static_cast<uint8_t>(t);
-    return v >= 1 && v <= 8;
+    return (v >= 1 && v <= 8) || v == 14 || v == 15;
 }
 
 std::vector<GesMessage> all_messages() {
@@ -196,11 +196,11 @@ TEST(GesWire, EveryMessageRoundTrips) {
 }
 
 TEST(GesWire, LayoutIsLittleEndianAsDocumented) {
-    EXPECT_EQ(kGesWireVersion, 2);
+    EXPECT_EQ(kGesWireVersion, 3);
     const Bytes b = encode(base(GesMsgType::Request));
     // version, type, reserved, epoch
     ASSERT_EQ(b.size(), 8u + 6 + 8 + 1 + 1 + 4 + 2 + 9);
-    EXPECT_EQ(b[0], 2);
+    EXPECT_EQ(b[0], 3);
     EXPECT_EQ(b[1], 1);
     EXPECT_EQ(b[2], 0);
     EXPECT_EQ(b[3], 0);
@@ -302,7 +302,8 @@ TEST(GesWire, HeaderFieldsAreValidated) {
     for (const GesMessage& m : all_messages()) {
         expect_bad(m, 0, 0, GesWireError::BadVersion);
         expect_bad(m, 0, 1, GesWireError::BadVersion);
-        expect_bad(m, 0, 3, GesWireError::BadVersion);
+        expect_bad(m, 0, 2, GesWireError::BadVersion);
+        expect_bad(m, 0, 4, GesWireError::BadVersion);
         expect_bad(m, 1, 0, GesWireError::BadType);
         expect_bad(m, 1, kMaxGesMsgType + 1, GesWireError::BadType);
         expect_bad(m, 2, 1, GesWireError::BadReserved);

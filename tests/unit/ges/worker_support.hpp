@@ -112,6 +112,21 @@ class FakeHost final : public WorkerHost {
     }
     void count(WorkerCounter c) override { counters[c]++; }
 
+    // ---- the node's lock cache (off unless enable_cache() was called)
+    std::vector<uint64_t> cache_memory;
+    NodeCache cache;
+    void enable_cache(uint32_t entries_per_worker) {
+        cache_memory.assign(NodeCache::bytes_for(lms, entries_per_worker) / 8 + 1, 0);
+        cache = NodeCache::format(cache_memory.data(), lms, entries_per_worker);
+    }
+    NodeCache* node_cache() override { return cache.enabled() ? &cache : nullptr; }
+    // Who uses which entry (index, generation): what the backends' slots record.
+    std::map<std::pair<uint32_t, uint32_t>, std::vector<uint32_t>> users_of;
+    std::vector<uint32_t> cache_users(uint32_t entry, uint32_t generation) override {
+        auto it = users_of.find({entry, generation});
+        return it == users_of.end() ? std::vector<uint32_t>{} : it->second;
+    }
+
   private:
     bool deliver(const Delivery& d) {
         if (waiting.erase(d.request_id) == 0) {
@@ -203,6 +218,30 @@ class GesCluster {
     void release(uint16_t id, uint32_t proc, const ResourceName& r) {
         GesMessage m;
         m.type = GesMsgType::Release;
+        m.owner = Owner{id, proc};
+        m.resource = r;
+        from_backend(id, m);
+    }
+    // A backend that took a lock from the cache asks for a conversion the
+    // cache could not make (a Convert to its LMS).
+    uint64_t convert_cached(uint16_t id, uint32_t proc, const ResourceName& r, LockMode mode,
+                            uint8_t flags = 0, uint32_t timeout_ms = 0) {
+        const uint64_t rid = request_id(proc, ++counter_);
+        GesMessage m;
+        m.type = GesMsgType::Convert;
+        m.owner = Owner{id, proc};
+        m.resource = r;
+        m.mode = mode;
+        m.request_id = rid;
+        m.flags = flags;
+        m.timeout_ms = timeout_ms;
+        host(id).waiting.insert(rid);
+        from_backend(id, m);
+        return rid;
+    }
+    void cache_notify(uint16_t id, uint32_t proc, const ResourceName& r) {
+        GesMessage m;
+        m.type = GesMsgType::CacheNotify;
         m.owner = Owner{id, proc};
         m.resource = r;
         from_backend(id, m);

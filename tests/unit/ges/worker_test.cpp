@@ -66,7 +66,7 @@ TEST(GesWorker, GrantsAtOnceWithATokenOfTheEpoch) {
     const ResourceName r = text("orders:42");
     const uint64_t id = c.request(1, 100, r, LockMode::EX);
     ASSERT_TRUE(c.granted(1, id));
-    EXPECT_EQ(c.token(1, id), (uint64_t{7} << 32) | 1);
+    EXPECT_EQ(c.token(1, id), (uint64_t{7} << 32) | (uint64_t{1} << kCacheTokenBits));
     const std::vector<LockRow> rows = rows_for(c, 1, r);
     ASSERT_EQ(rows.size(), 1u);
     EXPECT_EQ(rows[0].state, LockState::Granted);
