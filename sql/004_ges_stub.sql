@@ -14,7 +14,24 @@ SELECT pgrac_ges_unlock('stub:a') AS unlocked;
 SELECT pgrac_ges_lock('stub:a', 'EX', 0) AS again;
 SELECT pgrac_ges_lock_token('stub:a') > (1::bigint << 32) + 1 AS tokens_grow;
 SELECT pgrac_ges_unlock_all();
-SELECT count(*) FROM pg_cluster_ges_locks;
+-- The released lock stays cached on the node (docs/ges.md, "Node-level
+-- caching"): the master (this node) lists the node owner, pid 0, and the cache
+-- has it unused. The master's grant of the Transfer is asynchronous: wait.
+DO $$ BEGIN
+  FOR i IN 1..500 LOOP
+    EXIT WHEN EXISTS (SELECT 1 FROM pg_cluster_ges_cache WHERE resource = 'stub:a');
+    PERFORM pg_sleep(0.01);
+  END LOOP;
+END $$;
+SELECT count(*) FROM pg_cluster_ges_locks WHERE pid <> 0;
+SELECT resource, node_id, pid, mode FROM pg_cluster_ges_locks;
+SELECT resource, mode, users, bast_mode, converting, tokens_left < 256 AS range_left
+  FROM pg_cluster_ges_cache;
+SELECT pgrac_ges_lock('stub:a', 'EX', 0) AS from_cache;
+SELECT (pgrac_ges_lock_token('stub:a') & 255) > 0 AS local_take_token;
+SELECT users FROM pg_cluster_ges_cache WHERE resource = 'stub:a';
+SELECT pgrac_ges_unlock('stub:a');
+SELECT cache_hits >= 1 AS hit, cache_transfers >= 1 AS kept FROM pg_cluster_ges_stats;
 -- CW and PR are unordered: converting between them is refused (a failed
 -- conversion could not be given back to the held mode at once).
 SELECT pgrac_ges_lock('stub:cw', 'CW', 0);

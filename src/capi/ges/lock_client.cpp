@@ -294,19 +294,24 @@ void settle_hold(GesHeld* h) {
 }
 
 // Ends this session's use of a cached hold; tells the LMS if a BAST or a
-// local conversion waits on the entry.
-void drop_cached_use(const GesHeld& h, int wait_ms) {
+// local conversion waits on the entry. False if the entry is no longer the
+// hold's (fenced, or the LMS made the lock the session's own).
+bool drop_cached_use(const GesHeld& h, int wait_ms) {
     NodeCache* c = ges_node_cache();
-    if (c == nullptr) return;
+    if (c == nullptr) return false;
     const uint32_t part = partition_of_held(c, h);
-    bool notify = false;
+    bool notify = false, same = false;
     ges_cache_lock(part);
-    if (CacheEntry* e = held_entry(c, h)) notify = cache_drop(*e, h.mode);
+    if (CacheEntry* e = held_entry(c, h)) {
+        same = true;
+        notify = cache_drop(*e, h.mode);
+    }
     forget_use_record(h.entry, h.generation);
     ges_cache_unlock(part);
     if (notify)
         (void)ges_send_client(GesMsgType::CacheNotify, &h.resource, route_key_for(h.resource),
                               LockMode::NL, 0, 0, 0, DenyReason::Cancelled, wait_ms);
+    return same;
 }
 
 // The holder's next GES call learns that locks were lost: they are dropped
@@ -534,12 +539,16 @@ bool ges_unlock(const ResourceName& r) {
         h->count--;
         return true;
     }
-    settle_hold(h);
     if (h->cached) {
-        // A use of the node's lock ends: nothing to tell the master.
-        drop_cached_use(*h, 1000);
-        ges_drop_held(h);
-        return true;
+        // A use of the node's lock ends: nothing to tell the master (one
+        // partition lock). If the entry is gone while the fences stayed (else
+        // ges_void_lost_locks would have raised), the LMS made the lock this
+        // session's own: it is released at the master below.
+        if (drop_cached_use(*h, 1000)) {
+            ges_drop_held(h);
+            return true;
+        }
+        h->cached = false;
     }
     // The last level: the session keeps the lock until the Release is queued
     // (if it cannot be, the caller gets the error and the lock is still held,

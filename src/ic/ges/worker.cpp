@@ -1322,6 +1322,12 @@ void Worker::give_back_cached(const ResourceName& r, int64_t now) {
 // was (or is being) moved into the cache. No new local take from now on;
 // back as soon as the local users are done.
 void Worker::cache_bast(const GesMessage& m, int64_t now) {
+#ifdef PGRAC_MUTANT_KEEP_AFTER_BAST
+    // A deliberate bug for tests/mutants/run.sh: the cached lock is kept.
+    (void)m;
+    (void)now;
+    return;
+#endif
     const Owner node = node_owner(self_);
     auto held = registry_.find(node, m.resource);
     if (!held) {
