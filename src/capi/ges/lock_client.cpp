@@ -314,6 +314,26 @@ bool drop_cached_use(const GesHeld& h, int wait_ms) {
     return same;
 }
 
+// A grant the LMS served from the node's cache (its token's low bits are a
+// local take's): the session's use of that entry, found and recorded.
+void attach_served_hold(GesHeld* h) {
+    h->entry = UINT32_MAX;  // none: a void hold until found
+    h->generation = 0;
+    NodeCache* c = ges_node_cache();
+    if (c == nullptr) return;
+    const uint32_t part = c->partition_of(h->resource, ges_shard_of(h->resource));
+    const int record = free_use_record();
+    ges_cache_lock(part);
+    const CacheEntry* e = c->find(part, h->resource);
+    if (e != nullptr && h->token > e->grant_token && h->token < e->next_token) {
+        h->entry = c->index_of(e);
+        h->generation = e->generation;
+        if (record >= 0)
+            store_release(&ges_my_slot()->cached_uses[record], use_word(h->entry, h->generation));
+    }
+    ges_cache_unlock(part);
+}
+
 // The holder's next GES call learns that locks were lost: they are dropped
 // from the session (and given back to the master, best effort) and an ERROR
 // says which and why.
@@ -357,6 +377,19 @@ void ges_void_lost_locks() {
 }
 
 }  // namespace
+
+void ges_drop_cache_use(const ResourceName& r, LockMode mode) {
+    NodeCache* c = ges_node_cache();
+    if (c == nullptr) return;
+    const uint32_t part = c->partition_of(r, ges_shard_of(r));
+    bool notify = false;
+    ges_cache_lock(part);
+    if (CacheEntry* e = c->find(part, r)) notify = cache_drop(*e, mode);
+    ges_cache_unlock(part);
+    if (notify)
+        (void)ges_send_client(GesMsgType::CacheNotify, &r, route_key_for(r), LockMode::NL, 0, 0, 0,
+                              DenyReason::Cancelled, 1000);
+}
 
 void ges_forget_held() {
     // Cached holds are uses of the node's locks: end them (the rest the
@@ -513,6 +546,14 @@ bool ges_lock(const ResourceName& r, LockMode mode, int timeout_ms) {
     ges_disarm(slot);
     if ((word & 0xff) != kGesGranted) return denied(r, mode, word);
     const uint64_t token = load_acquire(&slot->token);
+    if (h == nullptr && (token & (kCacheTokenRange - 1)) != 0) {
+        // Served by the LMS from the node's cache: a use of the node's lock.
+        GesHeld held{r, mode, 1, fences0, shard0, token, true, 0, 0};
+        attach_served_hold(&held);
+        ges_add_held(held);
+        ges_void_lost_locks();
+        return true;
+    }
     if (h != nullptr) {
         h->mode = mode;
         h->count++;

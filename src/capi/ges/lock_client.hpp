@@ -54,6 +54,9 @@ int ges_send_client(pgrac::ic::ges::GesMsgType type, const pgrac::ic::ges::Resou
 // ges_send_release_all sends ReleaseAll to every local LMS worker; returns
 // the first failure (or OK).
 int ges_send_release_all(int wait_ms);
+// ges_drop_cache_use ends a use of r's cached lock that the LMS took for this
+// session but the session stopped waiting for (a grant that won the race).
+void ges_drop_cache_use(const pgrac::ic::ges::ResourceName& r, pgrac::ic::ges::LockMode mode);
 // ges_forget_held forgets every lock of the session (it ends).
 void ges_forget_held();
 

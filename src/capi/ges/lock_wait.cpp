@@ -15,6 +15,7 @@ extern "C" {
 
 #include "capi/ges/lock_client.hpp"
 #include "capi/ges/lock_wait.hpp"
+#include "ic/ges/node_cache.hpp"
 #include "ic/base/atomics.hpp"
 #include "instance/shmem.hpp"
 
@@ -131,7 +132,10 @@ void ges_abandon(GesWaitSlot* slot, DenyReason why) {
     if (compare_exchange(&slot->word, &expected, uint64_t{0})) {
         (void)ges_send_client(GesMsgType::Cancel, &r, rk, LockMode::NL, id, 0, 0, why, 1000);
     } else if ((expected & 0xff) == kGesGranted) {
-        if (g_pending.rq.was_held)
+        const uint64_t token = load_acquire(&slot->token);
+        if (!g_pending.rq.was_held && (token & (kCacheTokenRange - 1)) != 0)
+            ges_drop_cache_use(r, g_pending.rq.mode);  // served from the node's cache
+        else if (g_pending.rq.was_held)
             (void)ges_send_client(GesMsgType::Request, &r, rk, g_pending.rq.prior,
                                   ges_next_request_id(), 0, 0, DenyReason::Cancelled, 1000);
         else

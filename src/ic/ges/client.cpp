@@ -18,6 +18,7 @@ bool ClientRegistry::on_request(Owner owner, const ResourceName& resource, LockM
         e.flags = flags;
         e.since = now;
         locks_.emplace(key, Held{e, 0});
+        index(owner, resource);
         return true;
     }
     ReplayEntry& e = it->second.entry;
@@ -50,6 +51,7 @@ void ClientRegistry::on_denied(Owner owner, const ResourceName& resource, uint64
     if (e.state == LockState::Granted || e.request_id != request_id) return;
     if (e.state == LockState::Waiting) {
         locks_.erase(it);
+        unindex(owner, resource);
         return;
     }
     e.state = LockState::Granted;  // a refused conversion keeps the held mode
@@ -61,12 +63,30 @@ void ClientRegistry::on_denied(Owner owner, const ResourceName& resource, uint64
 }
 
 void ClientRegistry::on_released(Owner owner, const ResourceName& resource) {
-    locks_.erase(Key{resource, owner});
+    if (locks_.erase(Key{resource, owner}) != 0) unindex(owner, resource);
 }
 
 void ClientRegistry::on_released_all(Owner owner) {
+    if (owner.proc != kNodeOwnerProc) {
+        auto o = by_owner_.find(owner);
+        if (o == by_owner_.end()) return;
+        for (const ResourceName& r : o->second) locks_.erase(Key{r, owner});
+        by_owner_.erase(o);
+        return;
+    }
     for (auto it = locks_.begin(); it != locks_.end();)
         it = it->first.owner == owner ? locks_.erase(it) : std::next(it);
+}
+
+void ClientRegistry::index(Owner owner, const ResourceName& resource) {
+    if (owner.proc != kNodeOwnerProc) by_owner_[owner].insert(resource);
+}
+
+void ClientRegistry::unindex(Owner owner, const ResourceName& resource) {
+    auto o = by_owner_.find(owner);
+    if (o == by_owner_.end()) return;
+    o->second.erase(resource);
+    if (o->second.empty()) by_owner_.erase(o);
 }
 
 void ClientRegistry::restore(const ReplayEntry& e) {
@@ -76,6 +96,7 @@ void ClientRegistry::restore(const ReplayEntry& e) {
         // A converting entry's grant id is unknown here: the conversion's own id
         // stands in for it (nonzero, same session), never 0.
         locks_.emplace(key, Held{e, e.request_id});
+        index(e.owner, e.resource);
         return;
     }
     ReplayEntry& have = it->second.entry;
@@ -89,8 +110,19 @@ void ClientRegistry::restore(const ReplayEntry& e) {
 
 std::vector<Owner> ClientRegistry::owners() const {
     std::vector<Owner> out;
-    for (const auto& [key, held] : locks_)
-        if (std::find(out.begin(), out.end(), key.owner) == out.end()) out.push_back(key.owner);
+    out.reserve(by_owner_.size());
+    for (const auto& [owner, resources] : by_owner_) out.push_back(owner);
+    return out;
+}
+
+std::vector<ReplayEntry> ClientRegistry::locks_of(Owner owner) const {
+    std::vector<ReplayEntry> out;
+    auto o = by_owner_.find(owner);
+    if (o == by_owner_.end()) return out;
+    for (const ResourceName& r : o->second) {
+        auto it = locks_.find(Key{r, owner});
+        if (it != locks_.end()) out.push_back(it->second.entry);
+    }
     return out;
 }
 

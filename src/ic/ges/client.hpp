@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "ic/ges/types.hpp"
@@ -41,8 +42,11 @@ class ClientRegistry {
     // a pending new request on a resource the master says is held becomes a
     // conversion from the held mode.
     void restore(const ReplayEntry& e);
-    // The owners with at least one entry.
+    // The backend owners (not node owners: proc kNodeOwnerProc) with at least
+    // one entry, and one owner's entries: indexed, so that the reaper does not
+    // walk a registry of a million cached locks every round.
     std::vector<Owner> owners() const;
+    std::vector<ReplayEntry> locks_of(Owner owner) const;
 
     std::optional<ReplayEntry> find(Owner owner, const ResourceName& resource) const;
     // Everything, ordered by resource, then owner.
@@ -63,7 +67,10 @@ class ClientRegistry {
         ReplayEntry entry;
         uint64_t grant_id = 0;  // Converting: the id the held mode was granted under
     };
+    void index(Owner owner, const ResourceName& resource);
+    void unindex(Owner owner, const ResourceName& resource);
     std::map<Key, Held> locks_;
+    std::map<Owner, std::set<ResourceName>> by_owner_;  // backend owners only
 };
 
 }  // namespace pgrac::ic::ges

@@ -108,6 +108,7 @@ Events LockTable::submit(const LockRequest& rq, bool convert_only) {
             l.cache_grace = true;
             l.deadline = rq.now + options_.nowait_cache_grace;
         }
+        if (l.deadline != 0) with_deadline_.insert(name);
         l.order = next_order_++;
         l.new_in_replay = frozen_;
         r.waiters.push_back(l);
@@ -156,6 +157,7 @@ void LockTable::start_conversion(Resource& r, Lock& h, const LockRequest& rq, Ev
     h.flags = rq.flags;
     h.since = rq.now;
     h.deadline = rq.deadline;
+    if (h.deadline != 0) with_deadline_.insert(rq.resource);
     h.order = next_order_++;
     h.new_in_replay = frozen_;
     r.convert.push_back(h.owner);
@@ -365,11 +367,24 @@ Events LockTable::expire(int64_t now) {
     auto overdue = [now](const Lock& l) {
         return l.state != LockState::Granted && l.deadline != 0 && l.deadline <= now;
     };
-    for (const auto& [name, r] : resources_) {
-        for (const Lock& l : r.holders)
-            if (overdue(l)) due.push_back({name, l.owner, l.request_id, false});
-        for (const Lock& l : r.waiters)
-            if (overdue(l)) due.push_back({name, l.owner, l.request_id, l.cache_grace});
+    // Only the resources where a request with a deadline was queued (a
+    // table of a million granted locks is not walked every tick); those whose
+    // deadlines are all gone leave the set.
+    for (auto n = with_deadline_.begin(); n != with_deadline_.end();) {
+        auto it = resources_.find(*n);
+        bool pending = false;
+        if (it != resources_.end()) {
+            const Resource& r = it->second;
+            for (const Lock& l : r.holders) {
+                pending = pending || (l.state != LockState::Granted && l.deadline != 0);
+                if (overdue(l)) due.push_back({*n, l.owner, l.request_id, false});
+            }
+            for (const Lock& l : r.waiters) {
+                pending = pending || l.deadline != 0;
+                if (overdue(l)) due.push_back({*n, l.owner, l.request_id, l.cache_grace});
+            }
+        }
+        n = pending ? std::next(n) : with_deadline_.erase(n);
     }
     std::sort(due.begin(), due.end(), [](const Due& a, const Due& b) {
         return a.name < b.name || (a.name == b.name && a.owner < b.owner);

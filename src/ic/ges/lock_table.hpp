@@ -32,6 +32,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "ic/ges/deadlock.hpp"
@@ -184,6 +185,8 @@ class LockTable {
     uint16_t self_;
     Options options_;
     Map resources_;
+    // Resources where a pending request has (or had) a deadline: expire()'s work list.
+    std::unordered_set<ResourceName, ResourceNameHash> with_deadline_;
     uint64_t next_order_ = 1;
     int64_t now_ = 0;  // the current call's time
     bool frozen_ = false;

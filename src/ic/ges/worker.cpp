@@ -18,6 +18,8 @@ constexpr int64_t kReapUs = 250000;
 // How long a NOWAIT request blocked only by cached locks waits for their
 // give-back (docs/ges.md, "Node-level caching").
 constexpr int64_t kNoWaitCacheGraceUs = 50000;
+// How long a request waits for a Transfer's grant before it goes to the master.
+constexpr int64_t kAfterTransferUs = 100000;
 
 LockTable::Options table_options() {
     LockTable::Options o;
@@ -116,12 +118,16 @@ void Worker::reap_dead_owners(int64_t now) {
     last_reap_ = now;
     std::map<Owner, std::vector<ResourceName>> dead;
     std::set<Owner> live_owner;
-    for (const ReplayEntry& e : registry_.locks()) {
-        if (e.owner.node != self_ || e.owner.proc == kNodeOwnerProc) continue;
-        if (host_.owner_alive(e.owner.proc, e.request_id))
-            live_owner.insert(e.owner);
-        else
-            dead[e.owner].push_back(e.resource);
+    // The backends' entries only (indexed by owner): the node owner's cached
+    // locks, which may be a million, are not walked.
+    for (const Owner& o : registry_.owners()) {
+        if (o.node != self_) continue;
+        for (const ReplayEntry& e : registry_.locks_of(o)) {
+            if (host_.owner_alive(e.owner.proc, e.request_id))
+                live_owner.insert(e.owner);
+            else
+                dead[e.owner].push_back(e.resource);
+        }
     }
     for (auto& [o, resources] : dead) {
         host_.count(WorkerCounter::DeadOwnersReaped);
@@ -245,6 +251,9 @@ void Worker::drop_everything(const char* why) {
     for (const auto& [k, c] : conversions_)
         host_.deliver_denial(k.owner.proc, c.m.request_id, DenyReason::NoQuorum);
     conversions_.clear();
+    for (const AfterTransfer& a : after_transfer_)
+        host_.deliver_denial(a.m.owner.proc, a.m.request_id, DenyReason::NoQuorum);
+    after_transfer_.clear();
     clear_cache();
     registry_ = ClientRegistry();
     held_tokens_.clear();
@@ -813,17 +822,10 @@ void Worker::on_client(const GesMessage& m, int64_t now) {
                 return;
             }
             drop_stale_entry(m, now);
-            if (!registry_.on_request(m.owner, m.resource, m.mode, m.request_id, m.flags, now)) {
-                host_.deliver_denial(m.owner.proc, m.request_id, DenyReason::AlreadyPending);
-                return;
-            }
-            sync(m.owner, m.resource);
-            basted_.erase(k);
-            // It missed the node's cache: an unused cached lock goes back
-            // first (FIFO to the same master), so that the request does not
-            // wait for a BAST to this node.
-            give_back_cached(m.resource, now);
-            to_master(m, now);  // outside an epoch, the next epoch's replay carries it
+            // A new request that the node's cache can serve (the backend
+            // missed it by a moment), or will once the Transfer's grant is back.
+            if (!registry_.find(m.owner, m.resource) && serve_from_cache(m, now)) return;
+            direct_request(m, now);
             return;
         }
         case GesMsgType::CacheNotify:
@@ -843,6 +845,7 @@ void Worker::on_client(const GesMessage& m, int64_t now) {
             release_owner(m.owner, now);
             return;
         case GesMsgType::Cancel: {
+            if (cancel_after_transfer(m)) return;
             auto cv = conversions_.find(k);
             if (cv != conversions_.end() &&
                 (m.request_id == 0 || cv->second.m.request_id == m.request_id)) {
@@ -1262,6 +1265,7 @@ void Worker::cache_granted(const ResourceName& r, LockMode mode, uint64_t token,
         if (basted) host_.count(WorkerCounter::CacheGiveBacks);
         release_node_lock(r, now);
     }
+    serve_after_transfer(r, now);
 }
 
 // The node owner's lock of r goes back to the master.
@@ -1497,10 +1501,109 @@ void Worker::cache_tick(int64_t now) {
         }
         ++it;
     }
+    // Requests kept for a Transfer's grant that has not come (lost with a
+    // session: the node owner's request waits for the next epoch) go to the
+    // master after kAfterTransferUs.
+    std::set<ResourceName> late;
+    for (const AfterTransfer& a : after_transfer_)
+        if (now - a.since >= kAfterTransferUs) late.insert(a.m.resource);
+    for (const ResourceName& r : late) {
+        std::vector<AfterTransfer> mine;
+        for (auto it = after_transfer_.begin(); it != after_transfer_.end();) {
+            if (it->m.resource == r) {
+                mine.push_back(*it);
+                it = after_transfer_.erase(it);
+            } else {
+                ++it;
+            }
+        }
+        for (const AfterTransfer& a : mine) direct_request(a.m, now);
+    }
     // (A backend's notice may have been lost to a full queue.)
     std::set<ResourceName> look(cache_basts_.begin(), cache_basts_.end());
     for (const auto& [k, c] : conversions_) look.insert(k.resource);
     for (const ResourceName& r : look) cache_look(r, now);
+}
+
+// A backend's request that goes to the master as its own lock.
+void Worker::direct_request(const GesMessage& m, int64_t now) {
+    const Key k{m.resource, m.owner};
+    if (!registry_.on_request(m.owner, m.resource, m.mode, m.request_id, m.flags, now)) {
+        host_.deliver_denial(m.owner.proc, m.request_id, DenyReason::AlreadyPending);
+        return;
+    }
+    sync(m.owner, m.resource);
+    basted_.erase(k);
+    // It missed the node's cache: an unused cached lock goes back first (FIFO
+    // to the same master), so that the request does not wait for a BAST to
+    // this node.
+    give_back_cached(m.resource, now);
+    to_master(m, now);  // outside an epoch, the next epoch's replay carries it
+}
+
+// A new request of a backend served by the worker from the node's cache
+// (a local take made for it: the token's low bits say so to the backend), or
+// kept until the Transfer's grant comes. False: it goes to the master.
+bool Worker::serve_from_cache(const GesMessage& m, int64_t now) {
+    if (!cache_on()) return false;
+    auto n = registry_.find(node_owner(self_), m.resource);
+    if (!n) return false;
+    if (n->state != LockState::Granted) {
+        if (pending_basts_.count(m.resource) != 0) return false;  // going back
+        after_transfer_.push_back(AfterTransfer{m, now});
+        return true;
+    }
+    return take_for(m);
+}
+
+bool Worker::take_for(const GesMessage& m) {
+    NodeCache* c = host_.node_cache();
+    if (c == nullptr || !c->enabled()) return false;
+    const uint32_t part = c->partition_of(m.resource, index_);
+    uint64_t token = 0;
+    host_.lock_cache_partition(part);
+    CacheEntry* x = c->find(part, m.resource);
+    const bool taken = x != nullptr && cache_take(*x, m.mode, LockMode::NL, fences_seen_,
+                                                  shard_fences_seen_, &token) == CacheMiss::None;
+    host_.unlock_cache_partition(part);
+    if (!taken) return false;
+    if (!host_.deliver_grant(m.owner.proc, m.request_id, token)) {
+        // Nobody waits any more: the use ends at once. (Only this worker
+        // frees the entry, and not while it has a user.)
+        host_.lock_cache_partition(part);
+        if (CacheEntry* y = c->find(part, m.resource)) cache_drop(*y, m.mode);
+        host_.unlock_cache_partition(part);
+    }
+    return true;
+}
+
+// The Transfer's grant came (or will not): the requests kept for it are
+// served from the cache, or go to the master.
+void Worker::serve_after_transfer(const ResourceName& r, int64_t now) {
+    std::vector<AfterTransfer> mine;
+    for (auto it = after_transfer_.begin(); it != after_transfer_.end();) {
+        if (it->m.resource == r) {
+            mine.push_back(*it);
+            it = after_transfer_.erase(it);
+        } else {
+            ++it;
+        }
+    }
+    for (const AfterTransfer& a : mine)
+        if (!take_for(a.m)) direct_request(a.m, now);
+}
+
+bool Worker::cancel_after_transfer(const GesMessage& m) {
+    for (auto it = after_transfer_.begin(); it != after_transfer_.end(); ++it) {
+        if (it->m.resource == m.resource && it->m.owner == m.owner &&
+            (m.request_id == 0 || it->m.request_id == m.request_id)) {
+            const uint64_t id = it->m.request_id;
+            after_transfer_.erase(it);
+            host_.deliver_denial(m.owner.proc, id, m.reason);
+            return true;
+        }
+    }
+    return false;
 }
 
 // The node was fenced or this worker restarted: every entry of its

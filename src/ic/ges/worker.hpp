@@ -248,7 +248,16 @@ class Worker {
         int64_t deadline;  // 0: none
         int64_t since;     // when it began to wait
     };
+    struct AfterTransfer {
+        GesMessage m;   // a backend's new request
+        int64_t since;  // when it came
+    };
     bool cache_on() const;
+    void direct_request(const GesMessage& m, int64_t now);
+    bool serve_from_cache(const GesMessage& m, int64_t now);
+    bool take_for(const GesMessage& m);
+    void serve_after_transfer(const ResourceName& r, int64_t now);
+    bool cancel_after_transfer(const GesMessage& m);
     bool keep_in_cache(Owner o, const ResourceName& r, int64_t now);
     void give_back_cached(const ResourceName& r, int64_t now);
     void cache_granted(const ResourceName& r, LockMode mode, uint64_t token, int64_t now);
@@ -307,6 +316,7 @@ class Worker {
     std::set<ResourceName> cache_basts_;           // cached locks a BAST asks back
     std::set<ResourceName> pending_basts_;         // BASTs that came before the Transfer's grant
     std::map<Key, CachedConversion> conversions_;  // conversions of cached locks waiting locally
+    std::vector<AfterTransfer> after_transfer_;    // requests waiting for a Transfer's grant
     // Deadlock search: every worker's hinting, and the coordinator's round.
     int64_t last_wait_check_ = 0;
     int64_t last_hint_ = 0;

@@ -133,6 +133,10 @@ bool take(GesCluster& c, uint16_t node, const ResourceName& r, LockMode mode, ui
                       c.host(node).shard_fence[0], token) == CacheMiss::None;
 }
 
+bool registry_has(GesCluster& c, uint16_t node, Owner o, const ResourceName& r) {
+    return c.worker(node).registry().find(o, r).has_value();
+}
+
 std::vector<LockRow> rows_for(GesCluster& c, uint16_t master, const ResourceName& r) {
     std::vector<LockRow> out;
     for (const LockRow& row : c.worker(master).snapshot())
@@ -167,6 +171,32 @@ TEST(GesNodeCacheWorker, AReleasedLockStaysOnItsNodeAndIsTakenAgainWithoutAMessa
     EXPECT_TRUE(c.no_conflicting_holders());
 }
 
+TEST(GesNodeCacheWorker, ARequestRightAfterTheReleaseIsServedFromTheCache) {
+    GesCluster c = cached_cluster(3);
+    const ResourceName r = GesCluster::mastered_by(2, {1, 2, 3});
+    const uint64_t a = c.request(1, 10, r, LockMode::EX);
+    c.held.insert(2);     // the master's answer to the Transfer is late
+    c.release(1, 10, r);  // Transfer
+    const uint64_t b = c.request(1, 10, r, LockMode::EX);  // before the grant came back
+    EXPECT_FALSE(c.granted(1, b)) << "kept for the Transfer's grant";
+    c.held.clear();
+    c.pump();
+    ASSERT_TRUE(c.granted(1, b));
+    EXPECT_NE(c.token(1, b) & (kCacheTokenRange - 1), 0u) << "a local take, made by the LMS";
+    EXPECT_GT(c.token(1, b), c.token(1, a));
+    EXPECT_EQ(cache_users(*entry(c, 1, r)), 1u);
+    EXPECT_FALSE(registry_has(c, 1, Owner{1, 10}, r)) << "the backend's use is the node's lock";
+    // The same while the backend's slot no longer waits: the use ends at once.
+    cache_drop(*entry(c, 1, r), LockMode::EX);
+    const uint64_t d = c.request(1, 11, r, LockMode::EX);
+    EXPECT_TRUE(c.granted(1, d));
+    cache_drop(*entry(c, 1, r), LockMode::EX);
+    c.host(1).waiting.insert(12345);  // nothing to do with it
+    const uint64_t e = c.request(1, 12, r, LockMode::EX);
+    ASSERT_TRUE(c.granted(1, e));
+    EXPECT_TRUE(c.no_conflicting_holders());
+}
+
 TEST(GesNodeCacheWorker, ALostTransferLeavesNothingUsable) {
     GesCluster c = cached_cluster(3);
     const ResourceName r = GesCluster::mastered_by(2, {1, 2, 3});
@@ -177,7 +207,14 @@ TEST(GesNodeCacheWorker, ALostTransferLeavesNothingUsable) {
     c.held.clear();
     uint64_t tok = 0;
     EXPECT_FALSE(take(c, 1, r, LockMode::EX, &tok)) << "not usable before the master's grant";
+    const uint64_t kept = c.request(1, 11, r, LockMode::EX);
+    EXPECT_FALSE(c.granted(1, kept)) << "kept for the Transfer's grant, which never comes";
+    c.advance_ms(150);
+    c.tick(1);  // then it goes to the master as the backend's own ...
+    EXPECT_FALSE(c.granted(1, kept)) << "... behind backend 10's lock, as the master sees it";
     c.release_all(1, 10);  // the backend ends: the master drops its lock
+    EXPECT_TRUE(c.granted(1, kept));
+    c.release(1, 11, r);
     const uint64_t b = c.request(3, 30, r, LockMode::EX);
     EXPECT_TRUE(c.granted(3, b));
     EXPECT_FALSE(take(c, 1, r, LockMode::EX, &tok)) << "node 1 never got to use it";
