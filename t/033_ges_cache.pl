@@ -115,6 +115,18 @@ ok($n1->poll_query_until('postgres', "SELECT users = 0 FROM pg_cluster_ges_cache
 is($n2->safe_psql('postgres', "SELECT pgrac_ges_lock('$e', 'EX', 5000)"), 't',
 	'and node 2 gets the lock');
 
+# ---- many cached locks: the view reads each master's table in pages
+is( $n1->safe_psql('postgres',
+		"SELECT count(*) FILTER (WHERE pgrac_ges_lock('many' || g, 'PR') AND pgrac_ges_unlock('many' || g))
+		   FROM generate_series(1, 12000) g"),
+	'12000', 'node 1 locks and releases 12,000 resources');
+ok( $n1->poll_query_until('postgres',
+		"SELECT count(*) = 12000 FROM pg_cluster_ges_locks WHERE resource LIKE 'many%' AND node_id = 1 AND pid = 0"),
+	'pg_cluster_ges_locks lists all 12,000 cached locks (more than one reply a table)');
+my ($many_out, $many_err) = ('', '');
+$n2->psql('postgres', 'SELECT count(*) FROM pg_cluster_ges_locks', stdout => \$many_out, stderr => \$many_err);
+unlike($many_err, qr/truncated/, 'and no NOTICE says a table was cut short');
+
 # ---- caching off: cluster.ges_cache_entries = 0 on a node keeps nothing
 is($n1->safe_psql('postgres', 'SHOW cluster.ges_cache_entries'), '16384', 'the default size');
 

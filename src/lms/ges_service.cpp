@@ -275,12 +275,21 @@ int ges_view_handler(const pgrac_ic_message* msg, pgrac_ic_reply* reply) {
         [&] {
             Worker& w = worker(worker_index_of(msg));
             w.check_membership(unix_time_us());
+            // The request may name the first row wanted (u32): a table larger
+            // than one reply is read in pages (views/ges_functions.cpp).
+            uint32_t first = 0;
+            if (msg->len >= 4)
+                for (int i = 0; i < 4; i++)
+                    first |= static_cast<uint32_t>(static_cast<const uint8_t*>(msg->body)[i])
+                             << (8 * i);
             g_view.clear();
             put<uint32_t>(&g_view, shared()->n_lms);
             put<uint32_t>(&g_view, 0);
             put<uint8_t>(&g_view, 0);
             uint32_t rows = 0;
-            for (const LockRow& r : w.snapshot()) {
+            const std::vector<LockRow> all = w.snapshot();
+            for (size_t i = first; i < all.size(); i++) {
+                const LockRow& r = all[i];
                 if (g_view.size() + r.resource.size() + 40 > reply->capacity) {
                     g_view[8] = 1;
                     break;

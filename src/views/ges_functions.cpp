@@ -121,6 +121,40 @@ Datum pgrac_ges_resource(PG_FUNCTION_ARGS) {
 }
 
 // Every lock of every reachable master (live nodes x LMS workers).
+namespace {
+
+// One row of a GES view reply (ges_view_handler in src/lms/ges_service.cpp):
+// u8 length, the resource's text, then 27 bytes.
+void put_lock_row(ReturnSetInfo* rsinfo, const uint8_t* row) {
+    const uint32_t rl = row[0];
+    const uint8_t* p = row + 1 + rl;
+    Datum v[9];
+    bool nulls[9] = {false, false, false, false, false, false, false, false, false};
+    v[0] = PointerGetDatum(
+        cstring_to_text_with_len(reinterpret_cast<const char*>(row + 1), static_cast<int>(rl)));
+    v[1] = Int32GetDatum(p[0] | p[1] << 8);
+    v[2] = Int32GetDatum(p[2] | p[3] << 8);
+    v[3] = Int32GetDatum(
+        static_cast<int32>(p[4] | p[5] << 8 | p[6] << 16 | static_cast<uint32_t>(p[7]) << 24));
+    const LockMode mode = static_cast<LockMode>(p[8] % kLockModeCount);
+    const LockMode held = static_cast<LockMode>(p[9] % kLockModeCount);
+    const LockState st = static_cast<LockState>(p[10]);
+    int64_t since = 0;
+    for (int b = 0; b < 8; b++) since |= static_cast<int64_t>(p[11 + b]) << (8 * b);
+    v[4] = CStringGetTextDatum(lock_mode_name(mode));
+    v[5] = CStringGetTextDatum(lock_mode_name(held));
+    nulls[5] = st != LockState::Converting;
+    v[6] = CStringGetTextDatum(lock_state_name(st));
+    v[7] = pgrac::glue::unix_us_to_timestamptz(since);
+    uint64_t token = 0;
+    for (int b = 0; b < 8; b++) token |= static_cast<uint64_t>(p[19 + b]) << (8 * b);
+    v[8] = Int64GetDatum(static_cast<int64>(token));
+    nulls[8] = token == 0;
+    tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, v, nulls);
+}
+
+}  // namespace
+
 Datum pgrac_ges_locks(PG_FUNCTION_ARGS) {
     InitMaterializedSRF(fcinfo, 0);
     ReturnSetInfo* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
@@ -131,50 +165,37 @@ Datum pgrac_ges_locks(PG_FUNCTION_ARGS) {
     for (int64 i = 0; i < nlive; i++) {
         uint32_t n_lms = 1;
         for (uint32_t w = 0; w < n_lms; w++) {
-            uint32_t len = 0;
-            const int rc = pgrac_ic_rpc(live[i], pgrac::ic::kMsgGesView, w, nullptr, 0, buf,
-                                        PGRAC_IC_MAX_MESSAGE, &len, PGRAC_IC_CONTROL, -1);
-            if (rc != PGRAC_IC_OK || len < 9) {
-                ereport(NOTICE, (errmsg("GES locks of node %u worker %u not read: %s", live[i], w,
-                                        pgrac_ic_strerror(rc))));
-                break;
-            }
-            n_lms = buf[0] | buf[1] << 8 | buf[2] << 16 | static_cast<uint32_t>(buf[3]) << 24;
-            // A peer's word, not ours to trust with the number of RPCs.
-            n_lms = Max(1u, Min(n_lms, static_cast<uint32_t>(kMaxLmsWorkers)));
-            const uint32_t rows =
-                buf[4] | buf[5] << 8 | buf[6] << 16 | static_cast<uint32_t>(buf[7]) << 24;
-            if (buf[8])
-                ereport(NOTICE, (errmsg("GES locks of node %u worker %u truncated", live[i], w)));
-            uint32_t off = 9;
-            for (uint32_t k = 0; k < rows; k++) {
-                if (off + 1 > len || off + 1 + buf[off] + 27 > len) break;
-                const uint32_t rl = buf[off];
-                const uint8_t* p = buf + off + 1 + rl;
-                Datum v[9];
-                bool nulls[9] = {false, false, false, false, false, false, false, false, false};
-                v[0] = PointerGetDatum(cstring_to_text_with_len(
-                    reinterpret_cast<const char*>(buf + off + 1), static_cast<int>(rl)));
-                v[1] = Int32GetDatum(p[0] | p[1] << 8);
-                v[2] = Int32GetDatum(p[2] | p[3] << 8);
-                v[3] = Int32GetDatum(static_cast<int32>(p[4] | p[5] << 8 | p[6] << 16 |
-                                                        static_cast<uint32_t>(p[7]) << 24));
-                const LockMode mode = static_cast<LockMode>(p[8] % kLockModeCount);
-                const LockMode held = static_cast<LockMode>(p[9] % kLockModeCount);
-                const LockState st = static_cast<LockState>(p[10]);
-                int64_t since = 0;
-                for (int b = 0; b < 8; b++) since |= static_cast<int64_t>(p[11 + b]) << (8 * b);
-                v[4] = CStringGetTextDatum(lock_mode_name(mode));
-                v[5] = CStringGetTextDatum(lock_mode_name(held));
-                nulls[5] = st != LockState::Converting;
-                v[6] = CStringGetTextDatum(lock_state_name(st));
-                v[7] = pgrac::glue::unix_us_to_timestamptz(since);
-                uint64_t token = 0;
-                for (int b = 0; b < 8; b++) token |= static_cast<uint64_t>(p[19 + b]) << (8 * b);
-                v[8] = Int64GetDatum(static_cast<int64>(token));
-                nulls[8] = token == 0;
-                tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, v, nulls);
-                off += 1 + rl + 27;
+            // A worker's table may not fit one reply: read it in pages, each
+            // request naming the first row it wants.
+            uint32_t first = 0;
+            for (int page = 0; page < 100000; page++) {
+                uint8_t want[4] = {static_cast<uint8_t>(first), static_cast<uint8_t>(first >> 8),
+                                   static_cast<uint8_t>(first >> 16),
+                                   static_cast<uint8_t>(first >> 24)};
+                uint32_t len = 0;
+                const int rc = pgrac_ic_rpc(live[i], pgrac::ic::kMsgGesView, w, want, sizeof want,
+                                            buf, PGRAC_IC_MAX_MESSAGE, &len, PGRAC_IC_CONTROL, -1);
+                if (rc != PGRAC_IC_OK || len < 9) {
+                    ereport(NOTICE, (errmsg("GES locks of node %u worker %u not read: %s",
+                                            live[i], w, pgrac_ic_strerror(rc))));
+                    break;
+                }
+                n_lms = buf[0] | buf[1] << 8 | buf[2] << 16 | static_cast<uint32_t>(buf[3]) << 24;
+                // A peer's word, not ours to trust with the number of RPCs.
+                n_lms = Max(1u, Min(n_lms, static_cast<uint32_t>(kMaxLmsWorkers)));
+                const uint32_t rows =
+                    buf[4] | buf[5] << 8 | buf[6] << 16 | static_cast<uint32_t>(buf[7]) << 24;
+                const bool more = buf[8] != 0;
+                uint32_t got = 0;
+                uint32_t off = 9;
+                for (uint32_t k = 0; k < rows; k++) {
+                    if (off + 1 > len || off + 1 + buf[off] + 27 > len) break;
+                    put_lock_row(rsinfo, buf + off);
+                    off += 1 + buf[off] + 27;
+                    got++;
+                }
+                if (!more || got == 0) break;
+                first += got;
             }
         }
     }

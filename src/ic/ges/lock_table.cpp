@@ -564,6 +564,7 @@ std::vector<LockRow> LockTable::snapshot() const {
     std::vector<LockRow> rows;
     auto row = [&](const ResourceName& name, const Lock& l) {
         LockRow x;
+        x.name = name;
         x.resource = name.to_string();
         x.master = self_;
         x.owner_node = l.owner.node;

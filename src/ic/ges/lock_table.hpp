@@ -52,6 +52,7 @@ struct LockRequest {
 
 // One row of the GES view.
 struct LockRow {
+    ResourceName name;
     std::string resource;  // ResourceName::to_string()
     uint16_t master = 0;
     uint16_t owner_node = 0;

@@ -1055,11 +1055,8 @@ void Worker::on_reply(uint16_t src, const GesMessage& m, int64_t now) {
 }
 // Rows of this worker's table for the view, with each holder's token.
 uint64_t Worker::token_of(const LockRow& r) const {
-    for (const auto& [k, t] : tokens_)
-        if (k.owner.node == r.owner_node && k.owner.proc == r.proc &&
-            k.resource.to_string() == r.resource)
-            return t;
-    return 0;
+    auto t = tokens_.find(Key{r.name, Owner{r.owner_node, r.proc}});
+    return t == tokens_.end() ? 0 : t->second;
 }
 
 // The backend stopped waiting before the grant reached it (its slot was
