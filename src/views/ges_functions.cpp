@@ -176,8 +176,8 @@ Datum pgrac_ges_locks(PG_FUNCTION_ARGS) {
                 const int rc = pgrac_ic_rpc(live[i], pgrac::ic::kMsgGesView, w, want, sizeof want,
                                             buf, PGRAC_IC_MAX_MESSAGE, &len, PGRAC_IC_CONTROL, -1);
                 if (rc != PGRAC_IC_OK || len < 9) {
-                    ereport(NOTICE, (errmsg("GES locks of node %u worker %u not read: %s",
-                                            live[i], w, pgrac_ic_strerror(rc))));
+                    ereport(NOTICE, (errmsg("GES locks of node %u worker %u not read: %s", live[i],
+                                            w, pgrac_ic_strerror(rc))));
                     break;
                 }
                 n_lms = buf[0] | buf[1] << 8 | buf[2] << 16 | static_cast<uint32_t>(buf[3]) << 24;
