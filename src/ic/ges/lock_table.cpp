@@ -112,6 +112,7 @@ Events LockTable::submit(const LockRequest& rq, bool convert_only) {
         l.order = next_order_++;
         l.new_in_replay = frozen_;
         r.waiters.push_back(l);
+        queued_.insert(name);
         queued = true;
     }
 
@@ -161,6 +162,7 @@ void LockTable::start_conversion(Resource& r, Lock& h, const LockRequest& rq, Ev
     h.order = next_order_++;
     h.new_in_replay = frozen_;
     r.convert.push_back(h.owner);
+    queued_.insert(rq.resource);
 }
 
 // ---- serving the queues
@@ -436,11 +438,26 @@ void LockTable::add_edges(const ResourceName& name, const Resource& r,
     }
 }
 
+// The resources with a queue now, sorted; those whose queues emptied leave
+// queued_ (a table of a million granted locks is never walked for waits).
+std::vector<ResourceName> LockTable::queued_names() const {
+    std::vector<ResourceName> names;
+    for (auto n = queued_.begin(); n != queued_.end();) {
+        auto it = resources_.find(*n);
+        if (it == resources_.end() || (it->second.convert.empty() && it->second.waiters.empty())) {
+            n = queued_.erase(n);
+            continue;
+        }
+        names.push_back(*n);
+        ++n;
+    }
+    std::sort(names.begin(), names.end());
+    return names;
+}
+
 std::vector<WaitForEdge> LockTable::wait_for_edges() const {
     std::vector<WaitForEdge> edges;
-    auto pending = [](const Resource& r) { return !r.convert.empty() || !r.waiters.empty(); };
-    for (const ResourceName& name : sorted_names_where(resources_, pending))
-        add_edges(name, resources_.at(name), &edges);
+    for (const ResourceName& name : queued_names()) add_edges(name, resources_.at(name), &edges);
     return edges;
 }
 
@@ -449,8 +466,8 @@ std::optional<int64_t> LockTable::oldest_wait_since() const {
     auto see = [&oldest](int64_t since) {
         if (!oldest || since < *oldest) oldest = since;
     };
-    for (const auto& [name, r] : resources_) {
-        (void)name;
+    for (const ResourceName& name : queued_names()) {
+        const Resource& r = resources_.at(name);
         if (!r.convert.empty())
             for (const Lock& h : r.holders)
                 if (h.state == LockState::Converting) see(h.since);
@@ -506,6 +523,7 @@ Events LockTable::ingest_replay(const std::vector<ReplayEntry>& entries, int64_t
             r.waiters.insert(std::find_if(r.waiters.begin(), r.waiters.end(),
                                           [](const Lock& w) { return w.new_in_replay; }),
                              l);
+            queued_.insert(e.resource);
         } else {
             if (!compatible_with_holders(r, e.granted_mode, o)) ++replay_conflicts_;
             l.granted = e.granted_mode;
@@ -516,6 +534,7 @@ Events LockTable::ingest_replay(const std::vector<ReplayEntry>& entries, int64_t
                     return find_holder(r, x)->new_in_replay;
                 });
                 r.convert.insert(first_new, o);
+                queued_.insert(e.resource);
             }
             r.holders.push_back(l);
         }
@@ -542,10 +561,7 @@ Events LockTable::end_replay(int64_t now) {
     // resource of holders alone has nobody to grant or to BAST for. (A
     // rebuild of a million cached locks sorts and settles only the few with
     // waiters.)
-    for (const ResourceName& name : sorted_names_where(resources_, [](const Resource& r) {
-             return !r.waiters.empty() || !r.convert.empty() || r.empty();
-         }))
-        settle(name, ev);
+    for (const ResourceName& name : queued_names()) settle(name, ev);
     check_deadlocks(ev);
     return ev;
 }

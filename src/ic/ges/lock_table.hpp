@@ -165,6 +165,7 @@ class LockTable {
     Events submit(const LockRequest& rq, bool convert_only);
     void start_conversion(Resource& r, Lock& l, const LockRequest& rq, Events& ev);
     bool blocked_only_by_cache(const Resource& r, const LockRequest& rq) const;
+    std::vector<ResourceName> queued_names() const;
     // Serves the queues, denies NOWAIT leftovers, sends BASTs, and erases the
     // resource if it is empty. Skipped (except the erase) while frozen.
     void settle(const ResourceName& name, Events& ev);
@@ -188,6 +189,9 @@ class LockTable {
     Map resources_;
     // Resources where a pending request has (or had) a deadline: expire()'s work list.
     std::unordered_set<ResourceName, ResourceNameHash> with_deadline_;
+    // Resources where a request or conversion queued (a superset of those
+    // with a queue now; queued_names() prunes it).
+    mutable std::unordered_set<ResourceName, ResourceNameHash> queued_;
     uint64_t next_order_ = 1;
     int64_t now_ = 0;  // the current call's time
     bool frozen_ = false;
