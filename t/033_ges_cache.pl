@@ -10,6 +10,7 @@ use warnings;
 
 use FindBin;
 use lib $FindBin::RealBin;
+use GesFaultKit ();
 use PgracCluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -127,9 +128,36 @@ my ($many_out, $many_err) = ('', '');
 $n2->psql('postgres', 'SELECT count(*) FROM pg_cluster_ges_locks', stdout => \$many_out, stderr => \$many_err);
 unlike($many_err, qr/truncated/, 'and no NOTICE says a table was cut short');
 
+# ---- node 1 fenced (its listener stopped past its lease): its cached lock and
+# the use of it are void, node 2 gets the lock, node 1's session is told
+my $f = resource_where($n1, 'f', 'master_node = 2');
+$n1->safe_psql('postgres', "SELECT pgrac_ges_lock('$f', 'EX') AND pgrac_ges_unlock('$f')");
+ok($n1->poll_query_until('postgres', "SELECT count(*) = 1 FROM pg_cluster_ges_cache WHERE resource = '$f'"),
+	"node 1 caches $f");
+my $s1f = bg($n1);
+is($s1f->query_safe("SELECT pgrac_ges_lock('$f', 'EX')"), 't', 'a session of node 1 uses it');
+my $lpid = $c->worker_pid(1, 'pgrac_ic listener');
+kill 'STOP', $lpid or die "SIGSTOP $lpid: $!";
+ok( $n2->poll_query_until('postgres',
+		"SELECT members = '{2,3}' FROM pg_cluster_membership", 't'),
+	'nodes 2 and 3 form a view without node 1');
+is($n2->safe_psql('postgres', "SELECT pgrac_ges_lock('$f', 'EX', 10000)"), 't',
+	'node 2 gets the lock node 1 had cached and was using');
+ok($n1->poll_query_until('postgres', "SELECT count(*) = 0 FROM pg_cluster_ges_cache WHERE resource = '$f'"),
+	'node 1 fenced itself: its cache is empty');
+kill 'CONT', $lpid;
+my ($fo, $fe) = GesFaultKit::bq($s1f, "SELECT pgrac_ges_lock_token('$f')");
+like($fe // '', qr/global lock lost/, "node 1's session is told its lock is lost")
+  or diag('stdout: ' . ($fo // ''));
+ok( $n1->poll_query_until('postgres',
+		"SELECT state = 'member' AND lease_valid FROM pg_cluster_membership"),
+	'node 1 is a member again');
+ok($n1->poll_query_until('postgres', "SELECT pgrac_ges_lock('$f', 'EX', 0) AND pgrac_ges_unlock('$f')"),
+	'and takes the lock again (node 2 released it when its session ended)');
+
 # ---- caching off: cluster.ges_cache_entries = 0 on a node keeps nothing
 is($n1->safe_psql('postgres', 'SHOW cluster.ges_cache_entries'), '16384', 'the default size');
 
-$_->quit for ($s1, $s1b, $s1c, $w3);
+$_->quit for ($s1, $s1b, $s1c, $w3, $s1f);
 $c->stop_all;
 done_testing();
