@@ -1504,18 +1504,8 @@ void Worker::cache_tick(int64_t now) {
     std::set<ResourceName> late;
     for (const AfterTransfer& a : after_transfer_)
         if (now - a.since >= kAfterTransferUs) late.insert(a.m.resource);
-    for (const ResourceName& r : late) {
-        std::vector<AfterTransfer> mine;
-        for (auto it = after_transfer_.begin(); it != after_transfer_.end();) {
-            if (it->m.resource == r) {
-                mine.push_back(*it);
-                it = after_transfer_.erase(it);
-            } else {
-                ++it;
-            }
-        }
-        for (const AfterTransfer& a : mine) direct_request(a.m, now);
-    }
+    for (const ResourceName& r : late)
+        for (const AfterTransfer& a : take_after_transfer(r)) direct_request(a.m, now);
     // (A backend's notice may have been lost to a full queue.)
     std::set<ResourceName> look(cache_basts_.begin(), cache_basts_.end());
     for (const auto& [k, c] : conversions_) look.insert(k.resource);
@@ -1577,6 +1567,12 @@ bool Worker::take_for(const GesMessage& m) {
 // The Transfer's grant came (or will not): the requests kept for it are
 // served from the cache, or go to the master.
 void Worker::serve_after_transfer(const ResourceName& r, int64_t now) {
+    for (const AfterTransfer& a : take_after_transfer(r))
+        if (!take_for(a.m)) direct_request(a.m, now);
+}
+
+// The requests kept for r's Transfer, in arrival order, out of the list.
+std::vector<Worker::AfterTransfer> Worker::take_after_transfer(const ResourceName& r) {
     std::vector<AfterTransfer> mine;
     for (auto it = after_transfer_.begin(); it != after_transfer_.end();) {
         if (it->m.resource == r) {
@@ -1586,8 +1582,7 @@ void Worker::serve_after_transfer(const ResourceName& r, int64_t now) {
             ++it;
         }
     }
-    for (const AfterTransfer& a : mine)
-        if (!take_for(a.m)) direct_request(a.m, now);
+    return mine;
 }
 
 bool Worker::cancel_after_transfer(const GesMessage& m) {

@@ -257,6 +257,7 @@ class Worker {
     bool serve_from_cache(const GesMessage& m, int64_t now);
     bool take_for(const GesMessage& m);
     void serve_after_transfer(const ResourceName& r, int64_t now);
+    std::vector<AfterTransfer> take_after_transfer(const ResourceName& r);
     bool cancel_after_transfer(const GesMessage& m);
     bool keep_in_cache(Owner o, const ResourceName& r, int64_t now);
     void give_back_cached(const ResourceName& r, int64_t now);

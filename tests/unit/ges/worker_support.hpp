@@ -202,9 +202,19 @@ class GesCluster {
     // A backend of node `id` (proc) asks for `mode` on `r` and waits in its slot.
     uint64_t request(uint16_t id, uint32_t proc, const ResourceName& r, LockMode mode,
                      uint8_t flags = 0, uint32_t timeout_ms = 0) {
+        return ask(GesMsgType::Request, id, proc, r, mode, flags, timeout_ms);
+    }
+    // A backend that took a lock from the cache asks for a conversion the
+    // cache could not make (a Convert to its LMS).
+    uint64_t convert_cached(uint16_t id, uint32_t proc, const ResourceName& r, LockMode mode,
+                            uint8_t flags = 0, uint32_t timeout_ms = 0) {
+        return ask(GesMsgType::Convert, id, proc, r, mode, flags, timeout_ms);
+    }
+    uint64_t ask(GesMsgType type, uint16_t id, uint32_t proc, const ResourceName& r, LockMode mode,
+                 uint8_t flags, uint32_t timeout_ms) {
         const uint64_t rid = request_id(proc, ++counter_);
         GesMessage m;
-        m.type = GesMsgType::Request;
+        m.type = type;
         m.owner = Owner{id, proc};
         m.resource = r;
         m.mode = mode;
@@ -221,23 +231,6 @@ class GesCluster {
         m.owner = Owner{id, proc};
         m.resource = r;
         from_backend(id, m);
-    }
-    // A backend that took a lock from the cache asks for a conversion the
-    // cache could not make (a Convert to its LMS).
-    uint64_t convert_cached(uint16_t id, uint32_t proc, const ResourceName& r, LockMode mode,
-                            uint8_t flags = 0, uint32_t timeout_ms = 0) {
-        const uint64_t rid = request_id(proc, ++counter_);
-        GesMessage m;
-        m.type = GesMsgType::Convert;
-        m.owner = Owner{id, proc};
-        m.resource = r;
-        m.mode = mode;
-        m.request_id = rid;
-        m.flags = flags;
-        m.timeout_ms = timeout_ms;
-        host(id).waiting.insert(rid);
-        from_backend(id, m);
-        return rid;
     }
     void cache_notify(uint16_t id, uint32_t proc, const ResourceName& r) {
         GesMessage m;
