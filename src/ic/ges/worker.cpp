@@ -1232,7 +1232,9 @@ void Worker::cache_granted(const ResourceName& r, LockMode mode, uint64_t token,
         const uint32_t part = c->partition_of(r, index_);
         host_.lock_cache_partition(part);
         CacheEntry* x = c->find(part, r);
-        if (x == nullptr) {
+        if (x != nullptr) {
+            kept = true;  // (cannot happen: an entry lives only while the node owner holds r)
+        } else {
             x = c->insert(part, r);
             if (x == nullptr) {
                 if (CacheEntry* v = c->victim(part)) {
