@@ -196,9 +196,9 @@ int ges_held_count() {
     return g_nheld;
 }
 
-void ges_current_fences(const ResourceName& r, uint32_t* fences, uint32_t* shard) {
-    *fences = node_fences();
-    *shard = shard_fences(r);
+void ges_void_lost_locks(uint32_t f);
+void ges_void_lost_locks() {
+    if (g_nheld != 0 && shared() != nullptr) ges_void_lost_locks(node_fences());
 }
 
 // ---- the node's lock cache (ic/ges/node_cache.hpp)
@@ -337,12 +337,12 @@ void attach_served_hold(GesHeld* h) {
 // The holder's next GES call learns that locks were lost: they are dropped
 // from the session (and given back to the master, best effort) and an ERROR
 // says which and why.
-void ges_void_lost_locks() {
+// f: the node's fence count now (node_fences()), read once by the caller.
+void ges_void_lost_locks(uint32_t f) {
     if (g_nheld == 0 || shared() == nullptr) return;
     int lost = 0;
     bool node_fenced = false;
     char first[80] = "";
-    const uint32_t f = node_fences();  // once: it is the node's, not the lock's
     for (int i = 0; i < g_nheld;) {
         if (f == g_held[i].fences && shard_fences(g_held[i].resource) == g_held[i].shard_fences) {
             i++;
@@ -464,7 +464,11 @@ bool ges_lock(const ResourceName& r, LockMode mode, int timeout_ms) {
         ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                         errmsg("timeout_ms must be -1 (wait), 0 (NOWAIT) or positive")));
     GesWaitSlot* slot = ges_prepare();
-    ges_void_lost_locks();
+    // The node's fence count, read once (a lease check and a clock read):
+    // for the session's other locks and for this one's grant or take.
+    const uint32_t fences0 = node_fences();
+    const uint32_t shard0 = shard_fences(r);
+    ges_void_lost_locks(fences0);
     GesHeld* h = ges_find_held(r);
     refuse_cw_pr_conversion(h, r, mode);
     if (h != nullptr && h->mode == mode) {
@@ -474,8 +478,6 @@ bool ges_lock(const ResourceName& r, LockMode mode, int timeout_ms) {
     if (h == nullptr && ges_held_count() >= kGesMaxHeld)
         ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY),
                         errmsg("this session holds too many global locks (%d)", kGesMaxHeld)));
-    uint32_t fences0, shard0;
-    ges_current_fences(r, &fences0, &shard0);
     // The node's cache first: no message, no other process woken.
     {
         uint64_t token;

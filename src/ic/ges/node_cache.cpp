@@ -18,26 +18,6 @@ size_t align8(size_t n) {
 }
 }  // namespace
 
-const char* cache_miss_name(CacheMiss m) {
-    switch (m) {
-        case CacheMiss::None:
-            return "none";
-        case CacheMiss::NotCached:
-            return "not_cached";
-        case CacheMiss::Fenced:
-            return "fenced";
-        case CacheMiss::Bast:
-            return "bast";
-        case CacheMiss::ModeNotCovered:
-            return "mode_not_covered";
-        case CacheMiss::LocalConflict:
-            return "local_conflict";
-        case CacheMiss::RangeUsedUp:
-            return "range_used_up";
-    }
-    return "unknown";
-}
-
 uint32_t cache_users(const CacheEntry& e) {
     uint32_t n = 0;
     for (uint32_t u : e.users) n += u;

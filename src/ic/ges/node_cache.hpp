@@ -69,7 +69,6 @@ enum class CacheMiss : uint8_t {
     LocalConflict,   // another local user's mode conflicts
     RangeUsedUp,     // no token left: the master must grant again
 };
-const char* cache_miss_name(CacheMiss m);
 
 uint32_t cache_users(const CacheEntry& e);
 
@@ -92,7 +91,6 @@ class NodeCache {
     NodeCache() = default;
 
     bool enabled() const { return head_ != nullptr && head_->entries_per_part > 0; }
-    uint32_t workers() const { return head_ ? head_->workers : 0; }
     uint32_t partitions() const { return head_ ? head_->workers * kCachePartsPerWorker : 0; }
     uint32_t entries_per_partition() const { return head_ ? head_->entries_per_part : 0; }
     // The partition of r, whose LMS worker (worker_for) is `worker`.
