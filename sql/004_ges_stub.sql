@@ -38,3 +38,18 @@ SELECT pgrac_ges_lock('stub:cw', 'CW', 0);
 SELECT pgrac_ges_lock('stub:cw', 'PR', 0);
 SELECT pgrac_ges_lock('stub:cw', 'EX', 0) AS up_to_ex;
 SELECT pgrac_ges_unlock_all();
+-- Lock value blocks (docs/ges.md, "Lock value blocks"): an EX holder's value
+-- is written at its release and read with the next grant (here a local take
+-- from the node's cache); a reader cannot write; pgrac_ges_unlock_all() of an
+-- EX lock leaves it invalid (NULL) until the next write.
+SELECT pgrac_ges_lock('stub:v', 'EX', 0) AS ex, pgrac_ges_lock_value('stub:v') AS fresh;
+SELECT pgrac_ges_set_lock_value('stub:v', 'lsn 0/1A2B');
+SELECT pgrac_ges_unlock('stub:v');
+SELECT pgrac_ges_lock('stub:v', 'PR', 0) AS pr,
+       convert_from(pgrac_ges_lock_value('stub:v'), 'UTF8') AS value;
+SELECT pgrac_ges_set_lock_value('stub:v', 'x');
+SELECT pgrac_ges_lock_value('stub:unheld');
+SELECT pgrac_ges_lock('stub:v', 'EX', 0) AS up;
+SELECT pgrac_ges_unlock_all();
+SELECT pgrac_ges_lock('stub:v', 'PR', 0) AS pr, pgrac_ges_lock_value('stub:v') IS NULL AS invalid;
+SELECT pgrac_ges_unlock_all();

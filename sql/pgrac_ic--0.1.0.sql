@@ -168,6 +168,23 @@ AS 'MODULE_PATHNAME', 'pgrac_ges_lock_token' LANGUAGE C STRICT VOLATILE;
 COMMENT ON FUNCTION pgrac_ges_lock_token(text) IS
     'The fencing token of a global lock this session holds (NULL if none); tokens of a resource grow strictly across the cluster';
 
+CREATE FUNCTION pgrac_ges_lock_value(resource text) RETURNS bytea
+AS 'MODULE_PATHNAME', 'pgrac_ges_lock_value_text' LANGUAGE C STRICT VOLATILE;
+COMMENT ON FUNCTION pgrac_ges_lock_value(text) IS
+    'The lock value block of a global lock this session holds (0 to 32 bytes; NULL when invalid: a PW or EX holder went without writing it)';
+CREATE FUNCTION pgrac_ges_lock_value(resource bigint) RETURNS bytea
+AS 'MODULE_PATHNAME', 'pgrac_ges_lock_value_int' LANGUAGE C STRICT VOLATILE;
+COMMENT ON FUNCTION pgrac_ges_lock_value(bigint) IS
+    'The lock value block of a global lock this session holds (0 to 32 bytes; NULL when invalid)';
+CREATE FUNCTION pgrac_ges_set_lock_value(resource text, value bytea) RETURNS void
+AS 'MODULE_PATHNAME', 'pgrac_ges_set_lock_value_text' LANGUAGE C STRICT VOLATILE;
+COMMENT ON FUNCTION pgrac_ges_set_lock_value(text, bytea) IS
+    'Sets the lock value block of a PW or EX global lock this session holds (0 to 32 bytes): written when the lock is released with pgrac_ges_unlock or converted down';
+CREATE FUNCTION pgrac_ges_set_lock_value(resource bigint, value bytea) RETURNS void
+AS 'MODULE_PATHNAME', 'pgrac_ges_set_lock_value_int' LANGUAGE C STRICT VOLATILE;
+COMMENT ON FUNCTION pgrac_ges_set_lock_value(bigint, bytea) IS
+    'Sets the lock value block of a PW or EX global lock this session holds (0 to 32 bytes)';
+
 CREATE FUNCTION pgrac_ges_cache(
     OUT resource text, OUT lms_worker int, OUT mode text, OUT users bigint, OUT bast_mode text,
     OUT converting boolean, OUT grant_token bigint, OUT tokens_left bigint, OUT hits bigint)
@@ -185,7 +202,7 @@ CREATE FUNCTION pgrac_ges_stats(
     OUT basts_received bigint, OUT cache_transfers bigint, OUT cache_give_backs bigint,
     OUT cache_evictions bigint, OUT cache_conversions bigint, OUT grants_delivered bigint,
     OUT denials_delivered bigint, OUT late_grants_undone bigint, OUT dead_owners_reaped bigint,
-    OUT cluster_deadlocks bigint, OUT replay_conflicts bigint)
+    OUT cluster_deadlocks bigint, OUT replay_conflicts bigint, OUT value_invalidations bigint)
 RETURNS record
 AS 'MODULE_PATHNAME', 'pgrac_ges_stats' LANGUAGE C STRICT VOLATILE;
 
@@ -258,7 +275,8 @@ REVOKE ALL ON pg_cluster_rdma_status, pg_cluster_rdma_counters, pg_cluster_rdma_
 REVOKE ALL ON FUNCTION pgrac_ges_lock(text, text, int), pgrac_ges_lock(bigint, text, int),
     pgrac_ges_unlock(text), pgrac_ges_unlock(bigint), pgrac_ges_unlock_all(),
     pgrac_ges_resource(text), pgrac_ges_bench(text, text, int), pgrac_ges_locks(),
-    pgrac_ges_lock_token(text),
+    pgrac_ges_lock_token(text), pgrac_ges_lock_value(text), pgrac_ges_lock_value(bigint),
+    pgrac_ges_set_lock_value(text, bytea), pgrac_ges_set_lock_value(bigint, bytea),
     pgrac_fetch_block(int, regclass, bigint, text),
     pgrac_fetch_block_tag(int, oid, oid, oid, text, bigint, oid),
     pgrac_fetch_blocks(int, regclass, bigint, int, text),

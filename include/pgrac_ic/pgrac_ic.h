@@ -175,6 +175,28 @@ extern uint64_t pgrac_ges_token_name(const char* resource);
 extern uint64_t pgrac_ges_token_id(int64_t resource);
 
 /*
+ * Lock value blocks (docs/ges.md, "Lock value blocks"): up to
+ * PGRAC_GES_MAX_VALUE bytes a resource carries with its locks. Every grant
+ * brings the resource's value; a PW or EX holder sets a new one, which is
+ * written when it releases the lock (pgrac_ges_unlock) or converts it down.
+ * The value turns invalid when a PW or EX holder goes without writing it (its
+ * session ends or releases everything, its node is fenced) or when a
+ * membership change leaves no holder above CR to tell it, until a PW or EX
+ * holder writes it again. It lives as long as some lock or request on the
+ * resource (the node's cached locks count): hold NL to keep it.
+ *
+ * pgrac_ges_lock_value_*: copies the value of this session's lock into buf
+ * (PGRAC_GES_MAX_VALUE bytes) and its length into *len; returns 1 if valid,
+ * 0 if invalid (*len 0). pgrac_ges_set_lock_value_*: sets it (PW or EX
+ * only). Both raise an ERROR if this session does not hold the resource.
+ */
+#define PGRAC_GES_MAX_VALUE 32
+extern int pgrac_ges_lock_value_name(const char* resource, void* buf, int* len);
+extern int pgrac_ges_lock_value_id(int64_t resource, void* buf, int* len);
+extern void pgrac_ges_set_lock_value_name(const char* resource, const void* value, int len);
+extern void pgrac_ges_set_lock_value_id(int64_t resource, const void* value, int len);
+
+/*
  * Cache Fusion: the current image of blocks, served by `node` from its buffer
  * pool (read in from storage if they are not there), named by BufferTag.
  * Fetches `count` (>= 1) consecutive blocks from `first`, stopping at the end

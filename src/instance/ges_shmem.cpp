@@ -134,7 +134,8 @@ GesWaitSlot* ges_my_slot() {
     return i < g_ges->n_slots ? &g_ges->slots[i] : nullptr;
 }
 
-bool ges_deliver(int32_t pid, uint64_t request_id, uint32_t outcome, uint64_t token) {
+bool ges_deliver(int32_t pid, uint64_t request_id, uint32_t outcome, uint64_t token,
+                 const pgrac::ic::ges::LockValue* value) {
     uint32_t i, session;
     if (g_ges == nullptr || pid <= 0 || !ges_request_id_slot(request_id, &i, &session) ||
         i >= g_ges->n_slots)
@@ -144,7 +145,9 @@ bool ges_deliver(int32_t pid, uint64_t request_id, uint32_t outcome, uint64_t to
         pgrac::ic::load_acquire(&s->request_id) != request_id)
         return false;
     // Only the slot's waiter reads the token, and only after the word says
-    // Granted; the release store orders it before the compare-and-swap.
+    // Granted; the release store orders it (and the value before it) before
+    // the compare-and-swap.
+    s->value = value != nullptr ? *value : pgrac::ic::ges::LockValue{};
     pgrac::ic::store_release(&s->token, token);
     uint64_t expected = ges_slot_word(request_id, kGesWaiting);
     if (!pgrac::ic::compare_exchange(&s->word, &expected, ges_slot_word(request_id, outcome)))

@@ -43,8 +43,11 @@ struct GesWaitSlot {
     uint64_t word;
     uint64_t request_id;  // full id of the armed request
     uint64_t token;       // fencing token of the grant, written before the word
-    int32_t pid;          // owner of the slot (0: unused)
-    uint32_t session;     // bumped each time a new backend takes the slot
+    // The resource's lock value block with the grant (docs/ges.md, "Lock value
+    // blocks"), written before the token.
+    pgrac::ic::ges::LockValue value;
+    int32_t pid;       // owner of the slot (0: unused)
+    uint32_t session;  // bumped each time a new backend takes the slot
     // The backend's uses of the node's cached locks: generation << 32 |
     // (entry index + 1), 0 = none. Written by the backend only; the LMS reads
     // them for the cluster-wide deadlock search (who uses a cached lock).
@@ -78,6 +81,9 @@ struct GesShared {
     uint64_t cache_hits;
     uint64_t cache_misses[8];
     uint64_t basts_received, cache_transfers, cache_give_backs, cache_evictions, cache_conversions;
+    // Lock value blocks this node's masters made invalid (a PW/EX holder gone,
+    // a rebuild without a holder above CR).
+    uint64_t value_invalidations;
     GesWaitSlot slots[1];  // n_slots of them
 };
 // Plain data only, as everything in shared memory (pg_boundary.hpp).
@@ -129,8 +135,10 @@ GesWaitSlot* ges_my_slot();
 // Completes the slot of backend `pid` if it is still waiting for request_id.
 // outcome: kGesGranted or kGesDenied | reason << 8. True if delivered (and
 // the backend's latch set).
-// token: the grant's fencing token (0 for a denial).
-bool ges_deliver(int32_t pid, uint64_t request_id, uint32_t outcome, uint64_t token = 0);
+// token: the grant's fencing token (0 for a denial); value: the grant's value
+// block (nullptr for a denial).
+bool ges_deliver(int32_t pid, uint64_t request_id, uint32_t outcome, uint64_t token = 0,
+                 const pgrac::ic::ges::LockValue* value = nullptr);
 // Whether the backend that sent request_id (pid) still has its GES session: its
 // slot still belongs to pid with the same session tag. For an id that names no
 // slot, whether any slot belongs to pid. Lock-free reads only.

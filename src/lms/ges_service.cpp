@@ -97,8 +97,9 @@ class LmsHost final : public WorkerHost {
     int64_t peer_timeout_ms() override { return pgrac_peer_timeout_ms; }
     int64_t deadlock_timeout_ms() override { return pgrac_ges_deadlock_timeout_ms; }
 
-    bool deliver_grant(uint32_t proc, uint64_t request_id, uint64_t token) override {
-        return ges_deliver(static_cast<int32_t>(proc), request_id, kGesGranted, token);
+    bool deliver_grant(uint32_t proc, uint64_t request_id, uint64_t token,
+                       const LockValue& value) override {
+        return ges_deliver(static_cast<int32_t>(proc), request_id, kGesGranted, token, &value);
     }
     bool deliver_denial(uint32_t proc, uint64_t request_id, DenyReason reason) override {
         return ges_deliver(static_cast<int32_t>(proc), request_id,
@@ -155,7 +156,17 @@ class LmsHost final : public WorkerHost {
             case WorkerCounter::CacheConversions:
                 count(&g->cache_conversions);
                 break;
+            case WorkerCounter::ValueInvalidations:
+                count(&g->value_invalidations);
+                break;
         }
+    }
+    void count_many(WorkerCounter counter, uint64_t n) override {
+        GesShared* g = ges_shared();
+        if (g != nullptr && counter == WorkerCounter::ValueInvalidations)
+            pgrac::ic::count(&g->value_invalidations, n);
+        else
+            WorkerHost::count_many(counter, n);
     }
 
     NodeCache* node_cache() override { return ges_node_cache(); }

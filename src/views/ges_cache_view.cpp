@@ -83,7 +83,7 @@ Datum pgrac_ges_stats(PG_FUNCTION_ARGS) {
         ges_cache_unlock(part);
     }
     auto rd = [](uint64_t* p) { return counter_datum(pgrac::ic::load_relaxed(p)); };
-    constexpr int kCols = 20;
+    constexpr int kCols = 21;
     Datum v[kCols];
     bool nulls[kCols];
     memset(nulls, 0, sizeof nulls);
@@ -108,5 +108,6 @@ Datum pgrac_ges_stats(PG_FUNCTION_ARGS) {
     v[i++] = rd(&g->dead_owners_reaped);
     v[i++] = rd(&g->cluster_deadlocks);
     v[i++] = rd(&g->replay_conflicts);
+    v[i++] = rd(&g->value_invalidations);
     PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(desc, v, nulls)));
 }

@@ -20,6 +20,10 @@ PG_FUNCTION_INFO_V1(pgrac_ges_locks);
 PG_FUNCTION_INFO_V1(pgrac_ges_resource);
 PG_FUNCTION_INFO_V1(pgrac_ges_bench);
 PG_FUNCTION_INFO_V1(pgrac_ges_lock_token);
+PG_FUNCTION_INFO_V1(pgrac_ges_lock_value_text);
+PG_FUNCTION_INFO_V1(pgrac_ges_lock_value_int);
+PG_FUNCTION_INFO_V1(pgrac_ges_set_lock_value_text);
+PG_FUNCTION_INFO_V1(pgrac_ges_set_lock_value_int);
 }
 
 #include <algorithm>
@@ -236,6 +240,41 @@ Datum pgrac_ges_bench(PG_FUNCTION_ARGS) {
     bool n[4] = {false, false, false, false};
     tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, v, n);
     return (Datum)0;
+}
+
+// The lock value block of a lock this session holds; NULL when invalid. The
+// bigint forms go through the C API.
+Datum pgrac_ges_lock_value_text(PG_FUNCTION_ARGS) {
+    LockValue v;
+    if (!ges_lock_value(text_resource(PG_GETARG_TEXT_PP(0)), &v)) PG_RETURN_NULL();
+    bytea* out = static_cast<bytea*>(palloc(VARHDRSZ + v.len));
+    SET_VARSIZE(out, VARHDRSZ + v.len);
+    memcpy(VARDATA(out), v.data, v.len);
+    PG_RETURN_BYTEA_P(out);
+}
+
+Datum pgrac_ges_lock_value_int(PG_FUNCTION_ARGS) {
+    char buf[PGRAC_GES_MAX_VALUE];
+    int len = 0;
+    if (pgrac_ges_lock_value_id(PG_GETARG_INT64(0), buf, &len) == 0) PG_RETURN_NULL();
+    bytea* out = static_cast<bytea*>(palloc(VARHDRSZ + len));
+    SET_VARSIZE(out, VARHDRSZ + len);
+    memcpy(VARDATA(out), buf, len);
+    PG_RETURN_BYTEA_P(out);
+}
+
+Datum pgrac_ges_set_lock_value_text(PG_FUNCTION_ARGS) {
+    bytea* v = PG_GETARG_BYTEA_PP(1);
+    ges_set_lock_value(text_resource(PG_GETARG_TEXT_PP(0)), VARDATA_ANY(v),
+                       static_cast<int>(VARSIZE_ANY_EXHDR(v)));
+    PG_RETURN_VOID();
+}
+
+Datum pgrac_ges_set_lock_value_int(PG_FUNCTION_ARGS) {
+    bytea* v = PG_GETARG_BYTEA_PP(1);
+    pgrac_ges_set_lock_value_id(PG_GETARG_INT64(0), VARDATA_ANY(v),
+                                static_cast<int>(VARSIZE_ANY_EXHDR(v)));
+    PG_RETURN_VOID();
 }
 
 // The fencing token of a lock this session holds; NULL if it holds none.

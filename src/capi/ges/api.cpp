@@ -51,4 +51,30 @@ uint64_t pgrac_ges_token_id(int64_t resource) {
     return token;
 }
 
+static_assert(PGRAC_GES_MAX_VALUE == pgrac::ic::ges::kMaxLockValue);
+
+static int lock_value(const ResourceName& r, void* buf, int* len) {
+    pgrac::ic::ges::LockValue v;
+    const bool valid = ges_lock_value(r, &v);
+    *len = valid ? v.len : 0;
+    if (valid && v.len != 0) memcpy(buf, v.data, v.len);
+    return valid ? 1 : 0;
+}
+
+int pgrac_ges_lock_value_name(const char* resource, void* buf, int* len) {
+    return lock_value(ges_api_resource(resource), buf, len);
+}
+
+int pgrac_ges_lock_value_id(int64_t resource, void* buf, int* len) {
+    return lock_value(ResourceName::from_int(resource), buf, len);
+}
+
+void pgrac_ges_set_lock_value_name(const char* resource, const void* value, int len) {
+    ges_set_lock_value(ges_api_resource(resource), value, len);
+}
+
+void pgrac_ges_set_lock_value_id(int64_t resource, const void* value, int len) {
+    ges_set_lock_value(ResourceName::from_int(resource), value, len);
+}
+
 }  // extern "C"

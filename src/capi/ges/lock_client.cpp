@@ -82,8 +82,8 @@ Owner my_owner() {
 // Encodes one GES message into out (kEncodeMax bytes); returns its length,
 // 0 on failure (message in err).
 size_t encode_msg(GesMsgType type, const ResourceName* r, LockMode mode, uint64_t request_id,
-                  uint8_t flags, uint32_t timeout_ms, DenyReason reason, uint8_t* out, char* err,
-                  size_t errlen) {
+                  uint8_t flags, uint32_t timeout_ms, DenyReason reason, const LockValue* value,
+                  uint8_t* out, char* err, size_t errlen) {
     size_t n = 0;
     const bool ok = guarded(
         [&] {
@@ -96,6 +96,7 @@ size_t encode_msg(GesMsgType type, const ResourceName* r, LockMode mode, uint64_
             m.flags = flags;
             m.timeout_ms = timeout_ms;
             m.reason = reason;
+            if (value != nullptr) m.value = *value;
             std::vector<uint8_t> body;
             const GesWireError e = encode_ges_message(m, &body);
             if (e != GesWireError::None || body.size() > kEncodeMax)
@@ -117,11 +118,11 @@ uint32_t ges_shard_of(const ResourceName& r) {
 
 int ges_send_client(GesMsgType type, const ResourceName* r, uint32_t route_key, LockMode mode,
                     uint64_t request_id, uint8_t flags, uint32_t timeout_ms, DenyReason reason,
-                    int wait_ms) {
+                    int wait_ms, const LockValue* value) {
     uint8_t body[kEncodeMax];
     char err[256];
-    const size_t n =
-        encode_msg(type, r, mode, request_id, flags, timeout_ms, reason, body, err, sizeof err);
+    const size_t n = encode_msg(type, r, mode, request_id, flags, timeout_ms, reason, value, body,
+                                err, sizeof err);
     if (n == 0) ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("pgrac_ic: %s", err)));
     return pgrac_ic_send(pgrac_node_id, ic::kMsgGesClient, route_key, body,
                          static_cast<uint32_t>(n), PGRAC_IC_CONTROL, wait_ms);
@@ -160,7 +161,21 @@ struct GesHeld {
     bool cached;
     uint32_t entry;
     uint32_t generation;
+    // The lock value block (docs/ges.md, "Lock value blocks"): as the grant
+    // or the take brought it, or as the session set it since (dirty: to be
+    // written when a PW/EX lock is released or converted down).
+    LockValue value;
+    bool value_dirty;
 };
+
+// The value a PW/EX hold writes when it is released or converted to `to`
+// (NL: released), or nullptr when it writes nothing (not dirty, not PW/EX,
+// or PW converting up to EX).
+const LockValue* value_to_write(const GesHeld& h, LockMode to) {
+    if (!h.value_dirty || !mode_writes_value(h.mode)) return nullptr;
+    if (h.mode == LockMode::PW && to == LockMode::EX) return nullptr;
+    return &h.value;
+}
 
 GesHeld g_held[kGesMaxHeld];
 int g_nheld = 0;
@@ -234,8 +249,11 @@ void forget_use_record(uint32_t entry, uint32_t generation) {
 // Takes `mode` of r from the node's cache for this session (prior: the mode
 // it uses already, NL for a new take). True if taken (*token and, for a new
 // take, *entry and *generation set).
+// A conversion by a PW/EX user writes `write` (nullptr: nothing) into the
+// entry; *value gets the entry's value block after it.
 bool cache_take_local(const ResourceName& r, LockMode mode, LockMode prior, uint32_t fences,
-                      uint32_t shard, uint64_t* token, uint32_t* entry, uint32_t* generation) {
+                      uint32_t shard, uint64_t* token, uint32_t* entry, uint32_t* generation,
+                      const LockValue* write, LockValue* value) {
     NodeCache* c = ges_node_cache();
     if (c == nullptr) return false;
     // A new use needs a record (else the lock comes from the master).
@@ -249,6 +267,8 @@ bool cache_take_local(const ResourceName& r, LockMode mode, LockMode prior, uint
     if (why == CacheMiss::None) {
         *entry = c->index_of(e);
         *generation = e->generation;
+        if (write != nullptr) e->value = *write;
+        *value = e->value;
         // Recorded before the partition lock is let go: the LMS reads
         // records only for entries a BAST marked, which it does under it.
         if (record >= 0)
@@ -295,8 +315,9 @@ void settle_hold(GesHeld* h) {
 
 // Ends this session's use of a cached hold; tells the LMS if a BAST or a
 // local conversion waits on the entry. False if the entry is no longer the
-// hold's (fenced, or the LMS made the lock the session's own).
-bool drop_cached_use(const GesHeld& h, int wait_ms) {
+// hold's (fenced, or the LMS made the lock the session's own). A PW/EX use
+// writes `write` into the entry (nullptr: nothing).
+bool drop_cached_use(const GesHeld& h, int wait_ms, const LockValue* write = nullptr) {
     NodeCache* c = ges_node_cache();
     if (c == nullptr) return false;
     const uint32_t part = partition_of_held(c, h);
@@ -304,6 +325,7 @@ bool drop_cached_use(const GesHeld& h, int wait_ms) {
     ges_cache_lock(part);
     if (CacheEntry* e = held_entry(c, h)) {
         same = true;
+        if (write != nullptr && mode_writes_value(h.mode)) e->value = *write;
         notify = cache_drop(*e, h.mode);
     }
     forget_use_record(h.entry, h.generation);
@@ -353,12 +375,14 @@ void ges_void_lost_locks(uint32_t f) {
         // The master may still list it (granted under the new fences while the
         // request waited in a ring): give it back, best effort. A cached one
         // is the node's: its entry is void with it.
+        // A PW/EX lock lost leaves an invalid value block.
         const ResourceName r = g_held[i].resource;
+        const LockValue invalid = LockValue::invalid();
         if (g_held[i].cached)
-            drop_cached_use(g_held[i], 0);
+            drop_cached_use(g_held[i], 0, &invalid);
         else
             (void)ges_send_client(GesMsgType::Release, &r, route_key_for(r), LockMode::NL, 0, 0, 0,
-                                  DenyReason::Cancelled, 0);
+                                  DenyReason::Cancelled, 0, &invalid);
         ges_drop_held(&g_held[i]);
     }
     if (lost == 0) return;
@@ -393,9 +417,11 @@ void ges_drop_cache_use(const ResourceName& r, LockMode mode) {
 
 void ges_forget_held() {
     // Cached holds are uses of the node's locks: end them (the rest the
-    // caller released through the LMS).
+    // caller released through the LMS, whose masters mark a PW/EX lock's
+    // value invalid). A PW/EX use released so leaves an invalid value too.
+    const LockValue invalid = LockValue::invalid();
     for (int i = 0; i < g_nheld; i++)
-        if (g_held[i].cached) drop_cached_use(g_held[i], 1000);
+        if (g_held[i].cached) drop_cached_use(g_held[i], 1000, &invalid);
     g_nheld = 0;
 }
 
@@ -482,18 +508,22 @@ bool ges_lock(const ResourceName& r, LockMode mode, int timeout_ms) {
     {
         uint64_t token;
         uint32_t entry, generation;
+        LockValue value;
         if (h != nullptr) settle_hold(h);
-        if (h == nullptr &&
-            cache_take_local(r, mode, LockMode::NL, fences0, shard0, &token, &entry, &generation)) {
-            ges_add_held(GesHeld{r, mode, 1, fences0, shard0, token, true, entry, generation});
+        if (h == nullptr && cache_take_local(r, mode, LockMode::NL, fences0, shard0, &token, &entry,
+                                             &generation, nullptr, &value)) {
+            ges_add_held(
+                GesHeld{r, mode, 1, fences0, shard0, token, true, entry, generation, value, false});
             return true;
         }
         if (h != nullptr && h->cached &&
             cache_take_local(r, mode, h->mode, h->fences, h->shard_fences, &token, &entry,
-                             &generation)) {
+                             &generation, value_to_write(*h, mode), &value)) {
             h->mode = mode;
             h->count++;
             h->token = token;
+            h->value = value;
+            h->value_dirty = false;
             return true;
         }
     }
@@ -501,6 +531,10 @@ bool ges_lock(const ResourceName& r, LockMode mode, int timeout_ms) {
     // there until this session is the lock's only local user, and the lock
     // becomes the session's own at the master.
     const bool cached_conversion = h != nullptr && h->cached;
+    // A conversion of the session's own PW/EX lock writes its value (the
+    // cached conversion here is always an up-conversion: it writes nothing).
+    const LockValue* write =
+        h != nullptr && !cached_conversion ? value_to_write(*h, mode) : nullptr;
     const uint64_t id = ges_next_request_id();
     // NOWAIT still needs the master's answer; bound it (a remastering can
     // hold it back for up to the peer timeout).
@@ -522,7 +556,7 @@ bool ges_lock(const ResourceName& r, LockMode mode, int timeout_ms) {
         const int rc =
             ges_send_client(cached_conversion ? GesMsgType::Convert : GesMsgType::Request, &r,
                             route_key_for(r), mode, id, flags, wire_timeout, DenyReason::Cancelled,
-                            limit_ms >= 0 ? static_cast<int>(limit_ms) : -1);
+                            limit_ms >= 0 ? static_cast<int>(limit_ms) : -1, write);
         if (rc != PGRAC_IC_OK) {
             // Not queued: nothing to withdraw.
             ges_disarm(slot);
@@ -548,9 +582,10 @@ bool ges_lock(const ResourceName& r, LockMode mode, int timeout_ms) {
     ges_disarm(slot);
     if ((word & 0xff) != kGesGranted) return denied(r, mode, word);
     const uint64_t token = load_acquire(&slot->token);
+    const LockValue value = slot->value;  // written before the token
     if (h == nullptr && (token & (kCacheTokenRange - 1)) != 0) {
         // Served by the LMS from the node's cache: a use of the node's lock.
-        GesHeld held{r, mode, 1, fences0, shard0, token, true, 0, 0};
+        GesHeld held{r, mode, 1, fences0, shard0, token, true, 0, 0, value, false};
         attach_served_hold(&held);
         ges_add_held(held);
         ges_void_lost_locks();
@@ -561,8 +596,10 @@ bool ges_lock(const ResourceName& r, LockMode mode, int timeout_ms) {
         h->count++;
         h->token = token;
         h->cached = false;
+        h->value = value;
+        h->value_dirty = false;
     } else {
-        ges_add_held(GesHeld{r, mode, 1, fences0, shard0, token, false, 0, 0});
+        ges_add_held(GesHeld{r, mode, 1, fences0, shard0, token, false, 0, 0, value, false});
     }
     // Fenced while we waited: the grant is void like the rest.
     ges_void_lost_locks();
@@ -587,7 +624,7 @@ bool ges_unlock(const ResourceName& r) {
         // partition lock). If the entry is gone while the fences stayed (else
         // ges_void_lost_locks would have raised), the LMS made the lock this
         // session's own: it is released at the master below.
-        if (drop_cached_use(*h, 1000)) {
+        if (drop_cached_use(*h, 1000, value_to_write(*h, LockMode::NL))) {
             ges_drop_held(h);
             return true;
         }
@@ -597,7 +634,7 @@ bool ges_unlock(const ResourceName& r) {
     // (if it cannot be, the caller gets the error and the lock is still held,
     // for a retry, pgrac_ges_unlock_all() or the end of the session).
     const int rc = ges_send_client(GesMsgType::Release, &r, route_key_for(r), LockMode::NL, 0, 0, 0,
-                                   DenyReason::Cancelled, -1);
+                                   DenyReason::Cancelled, -1, value_to_write(*h, LockMode::NL));
     if (rc != PGRAC_IC_OK) raise_status(rc, pgrac_node_id, "global lock release", nullptr, 0);
     ges_drop_held(ges_find_held(r));
     return true;
@@ -614,6 +651,47 @@ int ges_unlock_all() {
     }
     ges_forget_held();
     return n;
+}
+
+namespace {
+
+GesHeld* held_or_error(const ResourceName& r) {
+    ges_void_lost_locks();
+    GesHeld* h = ges_find_held(r);
+    if (h == nullptr) {
+        char name[80];
+        ges_resource_text(r, name, sizeof name);
+        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                        errmsg("this session holds no global lock on \"%s\"", name),
+                        errhint("A lock value block is read and written under the lock: take "
+                                "it first with pgrac_ges_lock().")));
+    }
+    return h;
+}
+
+}  // namespace
+
+bool ges_lock_value(const ResourceName& r, LockValue* out) {
+    const GesHeld* h = held_or_error(r);
+    *out = h->value;
+    return h->value.state == ValueState::Valid;
+}
+
+void ges_set_lock_value(const ResourceName& r, const void* bytes, int len) {
+    if (len < 0 || len > kMaxLockValue)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("a lock value block is 0 to %d bytes, not %d", kMaxLockValue, len)));
+    GesHeld* h = held_or_error(r);
+    if (!mode_writes_value(h->mode)) {
+        char name[80];
+        ges_resource_text(r, name, sizeof name);
+        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                        errmsg("cannot write the lock value block of \"%s\" under %s", name,
+                               lock_mode_name(h->mode)),
+                        errdetail("Only a PW or EX holder writes a resource's value block.")));
+    }
+    h->value = LockValue::valid(bytes, static_cast<size_t>(len));
+    h->value_dirty = true;
 }
 
 bool ges_held_token(const ResourceName& r, uint64_t* token) {

@@ -29,6 +29,13 @@ bool ges_unlock(const pgrac::ic::ges::ResourceName& r);
 int ges_unlock_all();
 // ges_held_token: does the session hold r? If so, *token is its grant's fencing token.
 bool ges_held_token(const pgrac::ic::ges::ResourceName& r, uint64_t* token);
+// Lock value blocks (docs/ges.md, "Lock value blocks"). ges_lock_value: the
+// value of the session's lock on r (as its grant brought it, or as the
+// session set it since); true if valid. ges_set_lock_value: sets it (a PW/EX
+// holder only, 0..32 bytes); it is written when the lock is released with
+// ges_unlock or converted down. Both ERROR if the session does not hold r.
+bool ges_lock_value(const pgrac::ic::ges::ResourceName& r, pgrac::ic::ges::LockValue* out);
+void ges_set_lock_value(const pgrac::ic::ges::ResourceName& r, const void* bytes, int len);
 
 // Resource names and modes as the C API and the SQL functions give them:
 // checked (an ERROR says what is wrong), and named in messages.
@@ -50,7 +57,7 @@ uint32_t ges_shard_of(const pgrac::ic::ges::ResourceName& r);
 int ges_send_client(pgrac::ic::ges::GesMsgType type, const pgrac::ic::ges::ResourceName* r,
                     uint32_t route_key, pgrac::ic::ges::LockMode mode, uint64_t request_id,
                     uint8_t flags, uint32_t timeout_ms, pgrac::ic::ges::DenyReason reason,
-                    int wait_ms);
+                    int wait_ms, const pgrac::ic::ges::LockValue* value = nullptr);
 // ges_send_release_all sends ReleaseAll to every local LMS worker; returns
 // the first failure (or OK).
 int ges_send_release_all(int wait_ms);

@@ -33,7 +33,7 @@ bool ClientRegistry::on_request(Owner owner, const ResourceName& resource, LockM
 }
 
 void ClientRegistry::on_granted(Owner owner, const ResourceName& resource, uint64_t request_id,
-                                int64_t now) {
+                                int64_t now, const LockValue& value) {
     auto it = locks_.find(Key{resource, owner});
     if (it == locks_.end()) return;
     ReplayEntry& e = it->second.entry;
@@ -42,6 +42,7 @@ void ClientRegistry::on_granted(Owner owner, const ResourceName& resource, uint6
     e.granted_mode = e.requested_mode;
     e.flags = 0;
     e.since = now;
+    e.value = value;
 }
 
 void ClientRegistry::on_denied(Owner owner, const ResourceName& resource, uint64_t request_id) {

@@ -30,7 +30,9 @@ class ClientRegistry {
                     uint8_t flags, int64_t now);
     // Replies from the master. Ignored unless request_id is the pending one
     // (a late reply to a cancelled request must not resurrect it).
-    void on_granted(Owner owner, const ResourceName& resource, uint64_t request_id, int64_t now);
+    // A grant also tells the resource's value block (kept for the replay).
+    void on_granted(Owner owner, const ResourceName& resource, uint64_t request_id, int64_t now,
+                    const LockValue& value = {});
     void on_denied(Owner owner, const ResourceName& resource, uint64_t request_id);
     // The owner released the resource, or everything (backend exit).
     void on_released(Owner owner, const ResourceName& resource);

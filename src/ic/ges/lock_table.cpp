@@ -43,6 +43,28 @@ bool LockTable::compatible_with_holders(const Resource& r, LockMode m, Owner exc
     return true;
 }
 
+Event LockTable::granted(const Resource& r, Owner o, const ResourceName& name, LockMode m,
+                         uint64_t id) {
+    Event e = Event::granted(o, name, m, id);
+    e.value = r.value;
+    return e;
+}
+
+void LockTable::write_value(Resource& r, LockMode held, const LockValue& v) {
+    if (!mode_writes_value(held) || !v.carries()) return;
+    if (v.state == ValueState::Valid) {
+        r.value = v;
+        return;
+    }
+    if (r.value.state != ValueState::Invalid) ++value_invalidations_;
+    r.value = LockValue::invalid();
+}
+
+LockValue LockTable::value_of(const ResourceName& resource) const {
+    auto it = resources_.find(resource);
+    return it == resources_.end() ? LockValue{} : it->second.value;
+}
+
 size_t LockTable::lock_count() const {
     size_t n = 0;
     for (const auto& [name, r] : resources_) n += r.holders.size() + r.waiters.size();
@@ -90,7 +112,7 @@ Events LockTable::submit(const LockRequest& rq, bool convert_only) {
         l.grant_id = l.request_id = rq.request_id;
         l.since = rq.now;
         r.holders.push_back(l);
-        ev.push_back(Event::granted(rq.owner, name, rq.mode, rq.request_id));
+        ev.push_back(granted(r, rq.owner, name, rq.mode, rq.request_id));
     } else if (nowait && !frozen_ && !blocked_only_by_cache(r, rq)) {
         ev.push_back(Event::denied(rq.owner, name, rq.mode, rq.request_id, DenyReason::NoWait));
     } else {
@@ -133,9 +155,12 @@ bool LockTable::blocked_only_by_cache(const Resource& r, const LockRequest& rq) 
 }
 
 void LockTable::start_conversion(Resource& r, Lock& h, const LockRequest& rq, Events& ev) {
+    // A PW or EX holder writes the value as it converts (PW to EX is an up-conversion: it reads).
+    if (!(h.granted == LockMode::PW && rq.mode == LockMode::EX))
+        write_value(r, h.granted, rq.value);
     if (rq.mode == h.granted) {  // already held in that mode
         h.grant_id = rq.request_id;
-        ev.push_back(Event::granted(rq.owner, rq.resource, rq.mode, rq.request_id));
+        ev.push_back(granted(r, rq.owner, rq.resource, rq.mode, rq.request_id));
         return;
     }
     const bool down = mode_at_most(rq.mode, h.granted);
@@ -144,7 +169,7 @@ void LockTable::start_conversion(Resource& r, Lock& h, const LockRequest& rq, Ev
         h.grant_id = h.request_id = rq.request_id;
         h.since = rq.now;
         h.bast_sent = 0;
-        ev.push_back(Event::granted(rq.owner, rq.resource, rq.mode, rq.request_id));
+        ev.push_back(granted(r, rq.owner, rq.resource, rq.mode, rq.request_id));
         return;
     }
     if ((rq.flags & kNoWait) && !frozen_) {
@@ -190,7 +215,7 @@ void LockTable::serve_queues(const ResourceName& name, Resource& r, Events& ev) 
             c->deadline = 0;
             c->bast_sent = 0;
             r.convert.erase(r.convert.begin());
-            ev.push_back(Event::granted(c->owner, name, c->granted, c->grant_id));
+            ev.push_back(granted(r, c->owner, name, c->granted, c->grant_id));
         }
         while (r.convert.empty() && !r.waiters.empty()) {
             Lock w = r.waiters.front();
@@ -202,7 +227,7 @@ void LockTable::serve_queues(const ResourceName& name, Resource& r, Events& ev) 
             w.deadline = 0;
             r.waiters.erase(r.waiters.begin());
             r.holders.push_back(w);
-            ev.push_back(Event::granted(w.owner, name, w.granted, w.grant_id));
+            ev.push_back(granted(r, w.owner, name, w.granted, w.grant_id));
         }
         // NOWAIT requests still queued (they arrived during a replay) fail now;
         // removing one may free the queue for those behind it.
@@ -257,12 +282,14 @@ bool LockTable::withdraw(const ResourceName& name, Resource& r, Owner o, uint64_
 
 // ---- giving up locks
 
-Events LockTable::release(Owner owner, const ResourceName& resource, int64_t now) {
+Events LockTable::release(Owner owner, const ResourceName& resource, int64_t now,
+                          const LockValue& value) {
     now_ = now;
     Events ev;
     auto it = resources_.find(resource);
     if (it == resources_.end()) return ev;
     Resource& r = it->second;
+    if (const Lock* h = find_holder(r, owner)) write_value(r, h->granted, value);
     withdraw(resource, r, owner, 0, DenyReason::Cancelled, ev);
     erase_if(r.holders, [owner](const Lock& l) { return l.owner == owner; });
     settle(resource, ev);
@@ -274,7 +301,7 @@ Events LockTable::release(Owner owner, const ResourceName& resource, int64_t now
 // If `to` already has a lock or request on the resource, from's lock is
 // released instead (to's own mode stays). Only a granted lock moves.
 Events LockTable::transfer(Owner from, Owner to, const ResourceName& resource, uint64_t request_id,
-                           int64_t now, bool* moved) {
+                           int64_t now, bool* moved, const LockValue& value) {
     now_ = now;
     Events ev;
     if (moved != nullptr) *moved = false;
@@ -283,6 +310,7 @@ Events LockTable::transfer(Owner from, Owner to, const ResourceName& resource, u
     Resource& r = it->second;
     Lock* l = find_holder(r, from);
     if (l == nullptr || l->state != LockState::Granted) return ev;
+    write_value(r, l->granted, value);
     if (find_holder(r, to) != nullptr || find_waiter(r, to) != nullptr) {
         erase_if(r.holders, [from](const Lock& x) { return x.owner == from; });
         settle(resource, ev);
@@ -291,7 +319,7 @@ Events LockTable::transfer(Owner from, Owner to, const ResourceName& resource, u
     l->owner = to;
     if (request_id != 0) {
         l->grant_id = l->request_id = request_id;
-        ev.push_back(Event::granted(to, resource, l->granted, request_id));
+        ev.push_back(granted(r, to, resource, l->granted, request_id));
     }
     if (moved != nullptr) *moved = true;
     return ev;
@@ -312,6 +340,9 @@ void LockTable::drop_owner_if(const std::vector<ResourceName>& names, Owner owne
     auto gone = [&](Owner o) { return whole_node ? o.node == owner.node : o == owner; };
     for (const ResourceName& name : names) {
         Resource& r = resources_.at(name);
+        // A writer gone without writing: nobody can tell what it left (VMS).
+        for (const Lock& l : r.holders)
+            if (gone(l.owner)) write_value(r, l.granted, LockValue::invalid());
         erase_if(r.holders, [&](const Lock& l) { return gone(l.owner); });
         erase_if(r.convert, [&](Owner o) { return gone(o); });
         erase_if(r.waiters, [&](const Lock& l) { return gone(l.owner); });
@@ -526,6 +557,13 @@ Events LockTable::ingest_replay(const std::vector<ReplayEntry>& entries, int64_t
             queued_.insert(e.resource);
         } else {
             if (!compatible_with_holders(r, e.granted_mode, o)) ++replay_conflicts_;
+            // Above CR no writer can have come since this holder's grant:
+            // its value is the resource's (an invalid one stays invalid).
+            if (e.granted_mode != LockMode::NL && e.granted_mode != LockMode::CR &&
+                e.value.carries() && !r.value_replayed) {
+                r.value = e.value;
+                r.value_replayed = true;
+            }
             l.granted = e.granted_mode;
             l.requested = e.state == LockState::Converting ? e.requested_mode : e.granted_mode;
             if (e.state == LockState::Converting) {
@@ -555,6 +593,12 @@ Events LockTable::end_replay(int64_t now) {
     for (auto& [name, r] : resources_) {
         for (Lock& l : r.holders) l.new_in_replay = false;
         for (Lock& l : r.waiters) l.new_in_replay = false;
+        // Rebuilt without a holder above CR: a writer may have come and gone.
+        if (!r.value_replayed && r.value.state != ValueState::Invalid) {
+            r.value = LockValue::invalid();
+            ++value_invalidations_;
+        }
+        r.value_replayed = false;
     }
     Events ev;
     // Only a queue (or an empty resource) gives settle() anything to do: a
@@ -624,6 +668,7 @@ std::vector<ReplayEntry> LockTable::entries_of_node(uint16_t node) const {
             e.request_id = h.state == LockState::Converting ? h.request_id : h.grant_id;
             e.flags = h.state == LockState::Converting ? h.flags : 0;
             e.since = h.since;
+            e.value = r.value;
             held.push_back(e);
         }
         for (const Lock& w : r.waiters) {

@@ -20,6 +20,16 @@
 //    was already told about since its mode last changed.
 //  - Whenever a request queues, the local wait-for graph is checked and every
 //    cycle loses its youngest waiter (Denied: deadlock).
+//  - Lock value blocks (the VMS rules): every resource has a value, valid
+//    and empty when it is created; a PW or EX holder writes it when it
+//    releases, transfers or converts (not PW to EX) with a value; it turns
+//    invalid when a PW or EX holder goes without writing it (release_all,
+//    release_node, a release that says so) until a PW or EX holder writes it
+//    again; every Granted event carries it. The value lives as long as the
+//    resource (some lock or request on it). A rebuild (end_replay) keeps the
+//    value a replayed holder above CR brought; every other resource's is
+//    invalid (only CR and NL holders, or none, survived: a writer may have
+//    come and gone).
 //
 // Every call returns the events the glue must turn into messages, in order.
 // Times (now, deadline, since) are the caller's clock, in any unit; the table
@@ -48,6 +58,7 @@ struct LockRequest {
     uint8_t flags = 0;        // RequestFlag bits
     int64_t now = 0;          // arrival time: the "since" of the view
     int64_t deadline = 0;     // expire() denies it (Timeout) at this time; 0 = never
+    LockValue value;  // a conversion by a PW/EX holder writes it (docs/ges.md, "Lock value blocks")
 };
 
 // One row of the GES view.
@@ -82,15 +93,17 @@ class LockTable {
     Events convert(const LockRequest& rq);
     // Drops the owner's lock on the resource (and any pending conversion or
     // request of it, which gets Denied: cancelled). Nothing if none.
-    Events release(Owner owner, const ResourceName& resource, int64_t now);
+    // A PW/EX holder's value is written first (value: None leaves it).
+    Events release(Owner owner, const ResourceName& resource, int64_t now,
+                   const LockValue& value = {});
     // Node-level caching (docs/ges.md): from's granted lock on the resource
     // becomes to's (same mode and place); with a nonzero request_id, `to` is
     // told with a Granted event (the client's acknowledgement). If `to`
     // already has a lock or request there, from's is released instead.
     // Nothing if from holds no granted lock there. *moved (if given): whether
-    // the lock moved.
+    // the lock moved. A PW/EX holder's value is written first, as by release().
     Events transfer(Owner from, Owner to, const ResourceName& resource, uint64_t request_id,
-                    int64_t now, bool* moved = nullptr);
+                    int64_t now, bool* moved = nullptr, const LockValue& value = {});
     // Withdraws the owner's pending request or conversion (request_id 0: any).
     // A conversion reverts to the mode still held. Denied(reason) to the owner.
     Events cancel(Owner owner, const ResourceName& resource, uint64_t request_id, DenyReason reason,
@@ -137,6 +150,10 @@ class LockTable {
     // Replayed grants that conflicted with grants already present (should be
     // 0; nonzero means two nodes believed in incompatible grants).
     uint64_t replay_conflicts() const { return replay_conflicts_; }
+    // Value blocks made invalid (a holder gone, a rebuild that could not tell).
+    uint64_t value_invalidations() const { return value_invalidations_; }
+    // The resource's value block (None: no such resource).
+    LockValue value_of(const ResourceName& resource) const;
 
   private:
     struct Lock {
@@ -158,6 +175,8 @@ class LockTable {
         std::vector<Lock> holders;   // grant queue: Granted and Converting, grant order
         std::vector<Owner> convert;  // convert queue: converting holders, FIFO
         std::vector<Lock> waiters;   // wait queue, FIFO
+        LockValue value = LockValue::valid(nullptr, 0);
+        bool value_replayed = false;  // a rebuild's holder above CR brought the value
         bool empty() const { return holders.empty() && waiters.empty(); }
     };
     using Map = std::unordered_map<ResourceName, Resource, ResourceNameHash>;
@@ -177,6 +196,11 @@ class LockTable {
     void drop_owner_if(const std::vector<ResourceName>& names, Owner owner, bool whole_node,
                        Events& ev);
     void check_deadlocks(Events& ev);
+    static Event granted(const Resource& r, Owner o, const ResourceName& name, LockMode m,
+                         uint64_t id);
+    // A holder of `held` writes `v` (or marks it invalid); nothing unless
+    // `held` is PW or EX.
+    void write_value(Resource& r, LockMode held, const LockValue& v);
     void add_edges(const ResourceName& name, const Resource& r,
                    std::vector<WaitForEdge>* out) const;
 
@@ -196,6 +220,7 @@ class LockTable {
     int64_t now_ = 0;  // the current call's time
     bool frozen_ = false;
     uint64_t replay_conflicts_ = 0;
+    uint64_t value_invalidations_ = 0;
 };
 
 }  // namespace pgrac::ic::ges

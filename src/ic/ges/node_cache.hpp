@@ -57,6 +57,9 @@ struct CacheEntry {
     uint64_t token_end;              // first token past the range
     uint64_t grant_token;            // the master grant's token (the range's start)
     uint64_t hits;                   // local takes served
+    // The lock value block (docs/ges.md, "Lock value blocks"): the master's
+    // grant's, then what local PW/EX users wrote; it goes back with the lock.
+    LockValue value;
 };
 
 // Why a take missed (counted; the view and the bench read them).

@@ -48,6 +48,9 @@ void write(MirrorSlot* s, uint8_t state, const ReplayEntry* e) {
         s->since = e->since;
         s->token = e->token;
         std::memcpy(s->data, e->resource.data, sizeof s->data);
+        s->value_state = static_cast<uint8_t>(e->value.state);
+        s->value_len = e->value.len;
+        std::memcpy(s->value, e->value.data, sizeof s->value);
     }
     store_release(&s->seq, odd + 1);  // even: stable
 }
@@ -181,6 +184,9 @@ std::vector<ReplayEntry> RegistryMirror::entries() const {
         e.resource.kind = static_cast<ResourceKind>(s.kind);
         e.resource.len = s.len;
         std::memcpy(e.resource.data, s.data, sizeof e.resource.data);
+        e.value.state = static_cast<ValueState>(s.value_state);
+        e.value.len = s.value_len;
+        std::memcpy(e.value.data, s.value, sizeof e.value.data);
         if (load_acquire(&s.seq) != seq) continue;
         out.push_back(e);
     }

@@ -28,14 +28,16 @@ struct MirrorSlot {
     uint8_t flags;
     uint8_t kind;
     uint8_t len;
-    uint8_t pad;
+    uint8_t value_state;  // the entry's lock value block (ValueState)
     uint16_t node;
-    uint16_t pad2;
+    uint8_t value_len;
+    uint8_t pad;
     uint32_t proc;
     uint64_t request_id;
     int64_t since;
     uint64_t token;
     uint8_t data[kMaxResourceText];
+    uint8_t value[kMaxLockValue];
 };
 
 struct MirrorHeader {

@@ -1,6 +1,30 @@
 #include "ic/ges/types.hpp"
 
+#include <algorithm>
+#include <cstring>
+
 namespace pgrac::ic::ges {
+
+LockValue LockValue::valid(const void* bytes, size_t n) {
+    LockValue v;
+    v.state = ValueState::Valid;
+    v.len = static_cast<uint8_t>(std::min<size_t>(n, kMaxLockValue));
+    if (v.len != 0) std::memcpy(v.data, bytes, v.len);
+    return v;
+}
+
+LockValue LockValue::invalid() {
+    LockValue v;
+    v.state = ValueState::Invalid;
+    return v;
+}
+
+// Only the bytes that count are compared: an invalid or absent value has none.
+bool operator==(const LockValue& a, const LockValue& b) {
+    if (a.state != b.state) return false;
+    if (a.state != ValueState::Valid) return true;
+    return a.len == b.len && std::memcmp(a.data, b.data, a.len) == 0;
+}
 
 const char* lock_state_name(LockState s) {
     switch (s) {
@@ -66,7 +90,7 @@ bool operator==(const ReplayEntry& a, const ReplayEntry& b) {
     return a.owner == b.owner && a.resource == b.resource && a.state == b.state &&
            a.granted_mode == b.granted_mode && a.requested_mode == b.requested_mode &&
            a.request_id == b.request_id && a.flags == b.flags && a.since == b.since &&
-           a.token == b.token;
+           a.token == b.token && a.value == b.value;
 }
 
 }  // namespace pgrac::ic::ges

@@ -2,6 +2,7 @@
 // codec: who owns a lock, what state it is in, and the events the table emits.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -46,6 +47,34 @@ struct LockKey {
     }
 };
 
+// A lock value block (docs/ges.md, "Lock value blocks"): up to
+// kMaxLockValue bytes a resource carries with its locks, written by a PW or
+// EX holder when it releases or converts down, returned with every grant.
+// Invalid when a PW or EX holder went away without writing (its session
+// ended, its node was fenced) or a rebuild could not tell the last value.
+// On a message: None carries nothing (a release that leaves the value as it
+// is), Valid a value, Invalid the mark.
+inline constexpr uint8_t kMaxLockValue = 32;
+enum class ValueState : uint8_t { None = 0, Valid = 1, Invalid = 2 };
+inline constexpr uint8_t kMaxValueState = 2;
+struct LockValue {
+    ValueState state = ValueState::None;
+    uint8_t len = 0;  // Valid: 0..kMaxLockValue
+    uint8_t data[kMaxLockValue] = {};
+
+    static LockValue valid(const void* bytes, size_t n);  // n <= kMaxLockValue
+    static LockValue invalid();
+    bool carries() const { return state != ValueState::None; }
+};
+bool operator==(const LockValue& a, const LockValue& b);
+inline bool operator!=(const LockValue& a, const LockValue& b) {
+    return !(a == b);
+}
+// Whether a holder of `m` writes the value: PW and EX only.
+inline bool mode_writes_value(LockMode m) {
+    return m == LockMode::PW || m == LockMode::EX;
+}
+
 // Values are the wire encoding.
 enum class LockState : uint8_t {
     Granted = 1,     // holds granted_mode
@@ -88,6 +117,7 @@ struct Event {
     uint64_t request_id = 0;       // Granted/Denied: the request; Bast: the holder's grant
     DenyReason reason = DenyReason::Cancelled;  // Denied only
     uint64_t token = 0;                         // Granted: the fencing token (set by the glue)
+    LockValue value;                            // Granted: the resource's value block
 
     static Event granted(Owner o, const ResourceName& r, LockMode m, uint64_t id);
     static Event bast(Owner o, const ResourceName& r, LockMode blocked, uint64_t id);
@@ -107,6 +137,7 @@ struct ReplayEntry {
     uint8_t flags = 0;                       // RequestFlag bits of the pending request
     int64_t since = 0;                       // when the lock entered its state (requester's clock)
     uint64_t token = 0;                      // fencing token of the held mode's grant (0: none)
+    LockValue value;  // Granted/Converting: the value block as this holder knows it (None: none)
 };
 bool operator==(const ReplayEntry& a, const ReplayEntry& b);
 

@@ -24,7 +24,19 @@ void put_resource(Writer& w, const ResourceName& r) {
     w.bytes(r.data, r.len);
 }
 
+void put_value(Writer& w, const LockValue& v) {
+    w.le(static_cast<uint8_t>(v.state));
+    if (v.state != ValueState::Valid) return;
+    w.le(v.len);
+    w.bytes(v.data, v.len);
+}
+
 // Field checks shared by encode and decode.
+
+bool value_ok(const LockValue& v) {
+    return static_cast<uint8_t>(v.state) <= kMaxValueState &&
+           (v.state != ValueState::Valid || v.len <= kMaxLockValue);
+}
 
 bool node_ok(uint16_t node) {
     return node >= 1 && node <= kMaxNodes;
@@ -72,11 +84,13 @@ GesWireError check_entry(const ReplayEntry& e) {
             break;
         case LockState::Waiting:
             if (e.granted_mode != LockMode::NL) return GesWireError::BadState;
+            if (e.value.carries()) return GesWireError::BadValue;  // holds nothing
             break;
         default:
             return GesWireError::BadState;
     }
     if (!resource_ok(e.resource)) return GesWireError::BadResource;
+    if (!value_ok(e.value)) return GesWireError::BadValue;
     return GesWireError::None;
 }
 
@@ -144,7 +158,13 @@ GesWireError check_message(const GesMessage& m) {
             break;
     }
     if (!resource_ok(m.resource)) return GesWireError::BadResource;
+    if (!value_ok(m.value)) return GesWireError::BadValue;
     return GesWireError::None;
+}
+
+bool carries_value(GesMsgType t) {
+    return t == GesMsgType::Request || t == GesMsgType::Convert || t == GesMsgType::Release ||
+           t == GesMsgType::Transfer || t == GesMsgType::Grant;
 }
 
 // Reads a resource, checking each part as soon as it is read; returns false
@@ -177,6 +197,40 @@ bool read_resource(Reader& r, ResourceName* out, GesWireError* err) {
         return false;
     }
     *out = res;
+    return true;
+}
+
+// Reads a value block; false (with the error) when it does not parse.
+bool read_value(Reader& r, LockValue* out, GesWireError* err) {
+    LockValue v;
+    const uint8_t state = r.le<uint8_t>();
+    if (!r.ok()) {
+        *err = GesWireError::Truncated;
+        return false;
+    }
+    if (state > kMaxValueState) {
+        *err = GesWireError::BadValue;
+        return false;
+    }
+    v.state = static_cast<ValueState>(state);
+    if (v.state == ValueState::Valid) {
+        v.len = r.le<uint8_t>();
+        if (!r.ok()) {
+            *err = GesWireError::Truncated;
+            return false;
+        }
+        if (v.len > kMaxLockValue) {
+            *err = GesWireError::BadValue;
+            return false;
+        }
+        const uint8_t* b = r.bytes(v.len);
+        if (b == nullptr) {
+            *err = GesWireError::Truncated;
+            return false;
+        }
+        if (v.len != 0) std::memcpy(v.data, b, v.len);
+    }
+    *out = v;
     return true;
 }
 
@@ -261,6 +315,8 @@ const char* ges_wire_error_name(GesWireError e) {
             return "bad_worker";
         case GesWireError::BadRound:
             return "bad_round";
+        case GesWireError::BadValue:
+            return "bad_value";
     }
     return "unknown";
 }
@@ -271,13 +327,15 @@ bool operator==(const GesMessage& a, const GesMessage& b) {
         case GesMsgType::Request:
         case GesMsgType::Convert:
             return a.owner == b.owner && a.request_id == b.request_id && a.mode == b.mode &&
-                   a.flags == b.flags && a.timeout_ms == b.timeout_ms && a.resource == b.resource;
+                   a.flags == b.flags && a.timeout_ms == b.timeout_ms && a.resource == b.resource &&
+                   a.value == b.value;
         case GesMsgType::Release:
+            return a.owner == b.owner && a.resource == b.resource && a.value == b.value;
         case GesMsgType::CacheNotify:
             return a.owner == b.owner && a.resource == b.resource;
         case GesMsgType::Transfer:
             return a.owner == b.owner && a.to_proc == b.to_proc && a.request_id == b.request_id &&
-                   a.resource == b.resource;
+                   a.resource == b.resource && a.value == b.value;
         case GesMsgType::ReleaseAll:
             return a.owner == b.owner;
         case GesMsgType::Cancel:
@@ -286,7 +344,8 @@ bool operator==(const GesMessage& a, const GesMessage& b) {
         case GesMsgType::Grant:
         case GesMsgType::Bast:
             return a.owner == b.owner && a.request_id == b.request_id && a.mode == b.mode &&
-                   (a.type != GesMsgType::Grant || a.token == b.token) && a.resource == b.resource;
+                   (a.type != GesMsgType::Grant || (a.token == b.token && a.value == b.value)) &&
+                   a.resource == b.resource;
         case GesMsgType::Deny:
             return a.owner == b.owner && a.request_id == b.request_id && a.mode == b.mode &&
                    a.reason == b.reason && a.resource == b.resource;
@@ -372,6 +431,7 @@ GesWireError encode_ges_message(const GesMessage& m, std::vector<uint8_t>* out) 
                 w.le<uint8_t>(e.flags);
                 w.le<uint64_t>(e.token);
                 put_resource(w, e.resource);
+                put_value(w, e.value);
             }
             break;
         case GesMsgType::WaitHint:
@@ -405,6 +465,7 @@ GesWireError encode_ges_message(const GesMessage& m, std::vector<uint8_t>* out) 
             w.le<uint64_t>(m.witnesses);
             break;
     }
+    if (carries_value(m.type)) put_value(w, m.value);
     return GesWireError::None;
 }
 
@@ -488,6 +549,7 @@ GesWireError decode_ges_message(const uint8_t* in, size_t len, GesMessage* out) 
                 e.flags = r.le<uint8_t>();
                 e.token = r.le<uint64_t>();
                 if (!read_resource(r, &e.resource, &err)) return err;
+                if (!read_value(r, &e.value, &err)) return err;
                 // Checked as it is read, so a bad entry fails before the rest is parsed.
                 if (GesWireError ee = check_entry(e); ee != GesWireError::None) return ee;
                 m.entries.push_back(e);
@@ -533,6 +595,7 @@ GesWireError decode_ges_message(const uint8_t* in, size_t len, GesMessage* out) 
             break;
     }
     if (!r.ok()) return GesWireError::Truncated;
+    if (carries_value(m.type) && !read_value(r, &m.value, &err)) return err;
     if (!r.at_end()) return GesWireError::TrailingBytes;
     if (GesWireError e = check_message(m); e != GesWireError::None) return e;
     *out = std::move(m);
@@ -595,7 +658,10 @@ GesMessage message_for_event(const Event& e) {
     m.resource = e.resource;
     m.mode = e.mode;
     m.request_id = e.request_id;
-    if (e.type == EventType::Granted) m.token = e.token;
+    if (e.type == EventType::Granted) {
+        m.token = e.token;
+        m.value = e.value;
+    }
     switch (e.type) {
         case EventType::Granted:
             m.type = GesMsgType::Grant;

@@ -3,23 +3,29 @@
 // input: every field is range-checked and the message must use every byte.
 //
 // Every message starts with
-//   0 u8 version (2)   1 u8 type (GesMsgType)   2 u16 reserved (0)
+//   0 u8 version (4)   1 u8 type (GesMsgType)   2 u16 reserved (0)
 //   4 u32 epoch: the sender's membership epoch (docs/ges.md, "Epochs")
 // then, by type (owner = u16 node (1..64), u32 proc;
 //                resource = u8 kind (1 text, 2 bigint), u8 len, len bytes:
 //                text 1..64 bytes without NUL, bigint exactly 8 bytes LE):
-//   Request, Convert  owner, u64 request_id, u8 mode, u8 flags, u32 timeout_ms, resource
-//   Release           owner, resource
+//                value = u8 state (0 none, 1 valid, 2 invalid), and if valid u8 len
+//                (0..32), len bytes: a lock value block, docs/ges.md "Lock value blocks"):
+//   Request, Convert  owner, u64 request_id, u8 mode, u8 flags, u32 timeout_ms, resource,
+//                     value (written by a PW/EX holder's down-conversion)
+//   Release           owner, resource, value (written by a PW/EX holder; invalid: it
+//                     went away without writing)
 //   ReleaseAll        owner
 //   Cancel            owner, u64 request_id (0: whatever is pending), u8 reason, resource
 //                     (reason: cancelled, timeout or deadlock)
-//   Grant             owner, u64 request_id, u8 mode, u64 fencing token, resource
+//   Grant             owner, u64 request_id, u8 mode, u64 fencing token, resource,
+//                     value (the resource's; none only from a master that has none)
 //   Bast              owner (the holder), u64 grant's request_id, u8 blocked mode (not NL),
 //                     resource
 //   Deny              owner, u64 request_id, u8 mode, u8 reason, resource
 //   Replay            u8 flags (bit 0: last batch from this node), u8 reserved (0), u16 count,
 //                     count entries: owner, u64 request_id, i64 since, u8 state,
-//                     u8 granted_mode, u8 requested_mode, u8 flags, u64 token, resource
+//                     u8 granted_mode, u8 requested_mode, u8 flags, u64 token, resource,
+//                     value (none for a waiting entry)
 //   ReplayDone        u16 worker, u16 n_workers (1..16, worker below it), u32 replayed,
 //                     u64 witnesses     (the replay barrier's marker: docs/ges.md,
 //                     "Epochs and the rebuild")
@@ -27,7 +33,8 @@
 //   EdgesRequest      u64 round (nonzero), u32 min_wait_ms     see docs/ges.md, "Deadlocks")
 //   Transfer          owner (the holder now), u32 to_proc (the new holder, same node),
 //                     u64 request_id (0: no answer; else the master grants to_proc under
-//                     it: a new token), resource (docs/ges.md, "Node-level caching": a
+//                     it: a new token), resource, value (as Release's) (docs/ges.md,
+//                     "Node-level caching": a
 //                     backend's lock becomes the node's cached lock, proc 0, or back)
 //   CacheNotify       owner, resource (a backend -> its LMS: the local users of the cached lock
 //                     changed while a BAST or a local conversion waits)
@@ -49,7 +56,7 @@
 
 namespace pgrac::ic::ges {
 
-inline constexpr uint8_t kGesWireVersion = 3;
+inline constexpr uint8_t kGesWireVersion = 4;
 
 enum class GesMsgType : uint8_t {
     Request = 1,
@@ -85,9 +92,9 @@ enum EdgesFlag : uint8_t {
 };
 inline constexpr uint8_t kKnownEdgesFlags = 0x03;
 
-// Largest encoded entry is 100 bytes; this many fit in one PGRAC_IC_MAX_MESSAGE
-// (64 KiB) body with room to spare.
-inline constexpr uint16_t kMaxReplayEntries = 600;
+// Largest encoded entry is 134 bytes (100 and a 34-byte value); this many fit
+// in one PGRAC_IC_MAX_MESSAGE (64 KiB) body with room to spare.
+inline constexpr uint16_t kMaxReplayEntries = 450;
 inline constexpr size_t kMaxGesMessage = 65536;
 // Largest encoded edge is 104 bytes: 600 of them and the 22-byte head fit.
 inline constexpr uint16_t kMaxEdgeEntries = 600;
@@ -107,6 +114,7 @@ struct GesMessage {
     uint8_t flags = 0;        // Request/Convert: RequestFlag; Replay: ReplayFlag
     uint32_t timeout_ms = 0;  // Request/Convert: the requester's wait limit, 0 = none
     uint32_t to_proc = 0;     // Transfer: the new holder (owner.node's)
+    LockValue value;          // Request/Convert/Release/Transfer/Grant: the value block
     DenyReason reason = DenyReason::Cancelled;  // Cancel, Deny
     std::vector<ReplayEntry> entries;           // Replay
     uint64_t round = 0;                         // EdgesRequest, Edges: the search round
@@ -139,6 +147,7 @@ enum class GesWireError : uint8_t {
     BadEdge,      // an edge from an owner to itself
     BadWorker,    // LMS worker index out of range
     BadRound,     // zero round, or zero min_wait_ms
+    BadValue,     // value state unknown, length above kMaxLockValue, or one where none may be
 };
 const char* ges_wire_error_name(GesWireError e);
 

@@ -154,6 +154,7 @@ void Worker::drop_stale_entry(const GesMessage& m, int64_t now) {
     release_one(m.owner, m.resource, now);
 }
 
+// (Only for a session that is gone: a PW/EX lock's value turns invalid.)
 void Worker::release_one(Owner o, const ResourceName& r, int64_t now) {
     const Key k{r, o};
     registry_.on_released(o, r);
@@ -165,7 +166,17 @@ void Worker::release_one(Owner o, const ResourceName& r, int64_t now) {
     m.type = GesMsgType::Release;
     m.owner = o;
     m.resource = r;
+    m.value = LockValue::invalid();
     to_master(m, now);
+}
+
+// Value blocks the master side made invalid since the last look (the table
+// is new in every epoch).
+void Worker::count_value_invalidations() {
+    const uint64_t n = table_.value_invalidations();
+    if (n > invalidations_seen_)
+        host_.count_many(WorkerCounter::ValueInvalidations, n - invalidations_seen_);
+    invalidations_seen_ = n;
 }
 
 // Everything of one owner, at every live master (its worker of this index).
@@ -263,7 +274,9 @@ void Worker::drop_everything(const char* why) {
 }
 
 void Worker::stop_serving() {
+    count_value_invalidations();
     table_ = LockTable(self_, table_options());
+    invalidations_seen_ = 0;
     tokens_.clear();
     cancelling_.clear();
     orphans_.clear();
@@ -311,6 +324,12 @@ void Worker::start_epoch(const View& v, int64_t now) {
     for (ReplayEntry e : registry_.locks()) {
         auto t = held_tokens_.find(Key{e.resource, e.owner});
         if (t != held_tokens_.end() && e.state != LockState::Waiting) e.token = t->second;
+        // A cached PW/EX lock's value is what its local users last wrote.
+        if (e.owner.proc == kNodeOwnerProc && e.state != LockState::Waiting &&
+            mode_writes_value(e.granted_mode)) {
+            const LockValue v = cached_value(e.resource);
+            if (v.carries()) e.value = v;
+        }
         by_master[master_for(e.resource, masters_)].push_back(e);
     }
     send_replay(by_master, now);
@@ -602,6 +621,7 @@ void Worker::tick(int64_t now) {
     reap_dead_owners(now);
     cache_tick(now);
     if (epoch_ != 0) deadlock_tick(now);
+    count_value_invalidations();
 }
 
 // ---- the cluster-wide deadlock search (docs/ges.md, "Deadlocks")
@@ -811,7 +831,7 @@ void Worker::on_client(const GesMessage& m, int64_t now) {
                 if (have->state == LockState::Granted) {
                     auto t = held_tokens_.find(k);
                     host_.deliver_grant(m.owner.proc, m.request_id,
-                                        t != held_tokens_.end() ? t->second : 0);
+                                        t != held_tokens_.end() ? t->second : 0, have->value);
                 }
                 return;
             }
@@ -832,7 +852,7 @@ void Worker::on_client(const GesMessage& m, int64_t now) {
             cache_look(m.resource, now);
             return;
         case GesMsgType::Release:
-            if (keep_in_cache(m.owner, m.resource, now)) return;
+            if (keep_in_cache(m.owner, m.resource, m.value, now)) return;
             basted_.erase(k);
             registry_.on_released(m.owner, m.resource);
             held_tokens_.erase(k);
@@ -910,12 +930,13 @@ void Worker::on_master(uint16_t src, const GesMessage& m, int64_t now) {
             rq.flags = m.flags;
             rq.now = now;
             rq.deadline = m.timeout_ms ? now + static_cast<int64_t>(m.timeout_ms) * 1000 : 0;
+            rq.value = m.value;
             ev = m.type == GesMsgType::Request ? table_.request(rq) : table_.convert(rq);
             break;
         }
         case GesMsgType::Release:
             tokens_.erase(Key{m.resource, m.owner});
-            ev = table_.release(m.owner, m.resource, now);
+            ev = table_.release(m.owner, m.resource, now, m.value);
             break;
         case GesMsgType::ReleaseAll:
             erase_owner(&tokens_, m.owner);
@@ -927,7 +948,7 @@ void Worker::on_master(uint16_t src, const GesMessage& m, int64_t now) {
         case GesMsgType::Transfer: {
             const Owner to{m.owner.node, m.to_proc};
             bool moved = false;
-            ev = table_.transfer(m.owner, to, m.resource, m.request_id, now, &moved);
+            ev = table_.transfer(m.owner, to, m.resource, m.request_id, now, &moved, m.value);
             auto t = tokens_.find(Key{m.resource, m.owner});
             if (t != tokens_.end()) {
                 if (moved) tokens_[Key{m.resource, to}] = t->second;
@@ -974,6 +995,7 @@ void Worker::on_master(uint16_t src, const GesMessage& m, int64_t now) {
     }
     dispatch(ev, now);
     maybe_end_replay(now);
+    count_value_invalidations();
 }
 
 // Two members replayed grants that conflict: a double grant happened
@@ -1028,18 +1050,18 @@ void Worker::on_reply(uint16_t src, const GesMessage& m, int64_t now) {
         }
         if (e->state == LockState::Granted) return;  // a duplicate
         const LockMode prior = e->state == LockState::Converting ? e->granted_mode : LockMode::NL;
-        registry_.on_granted(m.owner, m.resource, m.request_id, now);
+        registry_.on_granted(m.owner, m.resource, m.request_id, now, m.value);
         orphans_.erase(k);
         basted_.erase(k);
         held_tokens_[k] = m.token;
         sync(m.owner, m.resource);  // before the backend may act on it
         if (m.owner.proc == kNodeOwnerProc) {
-            cache_granted(m.resource, m.mode, m.token, now);
+            cache_granted(m.resource, m.mode, m.token, m.value, now);
             return;
         }
         // (The LMS's own requests, to undo or give back, have no waiter.)
         if (!(m.request_id & kInternalRequestId) &&
-            !host_.deliver_grant(m.owner.proc, m.request_id, m.token))
+            !host_.deliver_grant(m.owner.proc, m.request_id, m.token, m.value))
             give_back(m.owner, m.resource, prior, now);
     } else if (m.type == GesMsgType::Deny) {
         if (cancelled) return;
@@ -1192,7 +1214,7 @@ bool Worker::cache_on() const {
 // grant to it (a new token). Only that grant makes the cache entry usable: a
 // Transfer lost with a session leaves nothing usable (the node owner's request
 // is replayed in the next epoch like any waiting request).
-bool Worker::keep_in_cache(Owner o, const ResourceName& r, int64_t now) {
+bool Worker::keep_in_cache(Owner o, const ResourceName& r, const LockValue& value, int64_t now) {
     if (!cache_on() || o.proc == kNodeOwnerProc) return false;
     const Key k{r, o};
     const Owner node = node_owner(self_);
@@ -1216,6 +1238,7 @@ bool Worker::keep_in_cache(Owner o, const ResourceName& r, int64_t now) {
     tr.to_proc = kNodeOwnerProc;
     tr.request_id = id;
     tr.resource = r;
+    tr.value = value;  // a PW/EX holder's write: the master's grant brings it back
     to_master(tr, now);
     return true;
 }
@@ -1223,11 +1246,13 @@ bool Worker::keep_in_cache(Owner o, const ResourceName& r, int64_t now) {
 // The master granted the node owner r (a Transfer's answer, or a replayed
 // request of it): the lock enters the cache, unless a BAST already asks for it
 // back or there is no room.
-void Worker::cache_granted(const ResourceName& r, LockMode mode, uint64_t token, int64_t now) {
+void Worker::cache_granted(const ResourceName& r, LockMode mode, uint64_t token,
+                           const LockValue& value, int64_t now) {
     NodeCache* c = host_.node_cache();
     const bool basted = pending_basts_.erase(r) != 0;
     bool kept = false;
     std::optional<ResourceName> evicted;
+    LockValue evicted_value;
     if (cache_on() && !basted) {
         const uint32_t part = c->partition_of(r, index_);
         host_.lock_cache_partition(part);
@@ -1239,6 +1264,7 @@ void Worker::cache_granted(const ResourceName& r, LockMode mode, uint64_t token,
             if (x == nullptr) {
                 if (CacheEntry* v = c->victim(part)) {
                     evicted = v->resource;
+                    evicted_value = v->value;
                     c->erase(part, v);
                     x = c->insert(part, r);
                 }
@@ -1250,6 +1276,7 @@ void Worker::cache_granted(const ResourceName& r, LockMode mode, uint64_t token,
                 x->grant_token = token;
                 x->next_token = token + 1;
                 x->token_end = (token | (kCacheTokenRange - 1)) + 1;
+                x->value = value;
                 x->state = kCacheCached;
                 kept = true;
             }
@@ -1258,7 +1285,7 @@ void Worker::cache_granted(const ResourceName& r, LockMode mode, uint64_t token,
     }
     if (evicted) {
         host_.count(WorkerCounter::CacheEvictions);
-        release_node_lock(*evicted, now);
+        release_node_lock(*evicted, now, evicted_value);
     }
     if (!kept) {
         if (basted) host_.count(WorkerCounter::CacheGiveBacks);
@@ -1267,8 +1294,9 @@ void Worker::cache_granted(const ResourceName& r, LockMode mode, uint64_t token,
     serve_after_transfer(r, now);
 }
 
-// The node owner's lock of r goes back to the master.
-void Worker::release_node_lock(const ResourceName& r, int64_t now) {
+// The node owner's lock of r goes back to the master, with the value its
+// local users left (a PW/EX lock's; the master ignores the rest).
+void Worker::release_node_lock(const ResourceName& r, int64_t now, const LockValue& value) {
     const Owner node = node_owner(self_);
     cache_basts_.erase(r);
     if (!registry_.find(node, r)) return;
@@ -1279,12 +1307,25 @@ void Worker::release_node_lock(const ResourceName& r, int64_t now) {
     rel.type = GesMsgType::Release;
     rel.owner = node;
     rel.resource = r;
+    rel.value = value;
     to_master(rel, now);
 }
 
+// The value block of r's cache entry (None: no entry).
+LockValue Worker::cached_value(const ResourceName& r) {
+    NodeCache* c = host_.node_cache();
+    if (c == nullptr || !c->enabled()) return LockValue{};
+    const uint32_t part = c->partition_of(r, index_);
+    LockValue v;
+    host_.lock_cache_partition(part);
+    if (const CacheEntry* x = c->find(part, r)) v = x->value;
+    host_.unlock_cache_partition(part);
+    return v;
+}
+
 // Frees r's entry if nobody uses it and no conversion waits on it. True if
-// freed (the node owner's lock must then go back).
-bool Worker::free_unused_entry(const ResourceName& r) {
+// freed (the node owner's lock must then go back, with *value).
+bool Worker::free_unused_entry(const ResourceName& r, LockValue* value) {
     NodeCache* c = host_.node_cache();
     if (c == nullptr || !c->enabled()) return false;
     const uint32_t part = c->partition_of(r, index_);
@@ -1292,6 +1333,7 @@ bool Worker::free_unused_entry(const ResourceName& r) {
     host_.lock_cache_partition(part);
     CacheEntry* x = c->find(part, r);
     if (x != nullptr && cache_users(*x) == 0 && x->converting == 0) {
+        *value = x->value;
         c->erase(part, x);
         freed = true;
     }
@@ -1317,8 +1359,9 @@ void Worker::mark_converting(const ResourceName& r) {
 void Worker::give_back_cached(const ResourceName& r, int64_t now) {
     auto e = registry_.find(node_owner(self_), r);
     if (!e || e->state != LockState::Granted) return;
-    if (!free_unused_entry(r)) return;
-    release_node_lock(r, now);
+    LockValue value;
+    if (!free_unused_entry(r, &value)) return;
+    release_node_lock(r, now, value);
 }
 
 // A BAST: for the node owner's cached lock, or for a backend's lock that
@@ -1446,9 +1489,11 @@ bool Worker::convert_cached_now(const GesMessage& m, int64_t now) {
     if (c == nullptr || !c->enabled() || !held) return false;
     const uint32_t part = c->partition_of(m.resource, index_);
     bool sole = false;
+    LockValue value;
     host_.lock_cache_partition(part);
     CacheEntry* x = c->find(part, m.resource);
     if (x != nullptr && cache_users(*x) == 1) {
+        value = x->value;
         c->erase(part, x);
         sole = true;
     }
@@ -1465,7 +1510,7 @@ bool Worker::convert_cached_now(const GesMessage& m, int64_t now) {
     sync(node, m.resource);
     const uint64_t gid = kInternalRequestId | next_internal_id_++;
     registry_.on_request(m.owner, m.resource, mode, gid, 0, now);
-    registry_.on_granted(m.owner, m.resource, gid, now);
+    registry_.on_granted(m.owner, m.resource, gid, now, value);
     held_tokens_[Key{m.resource, m.owner}] = token;
     sync(m.owner, m.resource);
     GesMessage tr;
@@ -1474,6 +1519,7 @@ bool Worker::convert_cached_now(const GesMessage& m, int64_t now) {
     tr.to_proc = m.owner.proc;
     tr.request_id = 0;  // no answer: the backend's registry entry is granted already
     tr.resource = m.resource;
+    tr.value = value;  // what the local users wrote goes to the master first
     to_master(tr, now);
     // ... and its conversion goes to the master like any (FIFO after the Transfer).
     GesMessage rq = m;
@@ -1550,13 +1596,15 @@ bool Worker::take_for(const GesMessage& m) {
     if (c == nullptr || !c->enabled()) return false;
     const uint32_t part = c->partition_of(m.resource, index_);
     uint64_t token = 0;
+    LockValue value;
     host_.lock_cache_partition(part);
     CacheEntry* x = c->find(part, m.resource);
     const bool taken = x != nullptr && cache_take(*x, m.mode, LockMode::NL, fences_seen_,
                                                   shard_fences_seen_, &token) == CacheMiss::None;
+    if (taken) value = x->value;
     host_.unlock_cache_partition(part);
     if (!taken) return false;
-    if (!host_.deliver_grant(m.owner.proc, m.request_id, token)) {
+    if (!host_.deliver_grant(m.owner.proc, m.request_id, token, value)) {
         // Nobody waits any more: the use ends at once. (Only this worker
         // frees the entry, and not while it has a user.)
         host_.lock_cache_partition(part);

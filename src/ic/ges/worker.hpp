@@ -77,6 +77,9 @@ enum class WorkerCounter : uint8_t {
     CacheGiveBacks,    // cached locks given back because of a BAST
     CacheEvictions,    // cached locks given back to make room (or a refresh)
     CacheConversions,  // conversions of a cached lock made a backend's again
+    // Lock value blocks made invalid at this node's masters (docs/ges.md,
+    // "Lock value blocks"): a PW/EX holder gone, a rebuild that could not tell.
+    ValueInvalidations,
 };
 
 class WorkerHost {
@@ -130,8 +133,10 @@ class WorkerHost {
     virtual int64_t deadlock_timeout_ms() = 0;  // cluster.ges_deadlock_timeout
 
     // ---- the backends' wait slots (src/instance/ges_shmem.hpp)
-    // Completes backend proc's slot if it still waits for request_id; true if delivered.
-    virtual bool deliver_grant(uint32_t proc, uint64_t request_id, uint64_t token) = 0;
+    // Completes backend proc's slot if it still waits for request_id (with the
+    // grant's token and the resource's value block); true if delivered.
+    virtual bool deliver_grant(uint32_t proc, uint64_t request_id, uint64_t token,
+                               const LockValue& value) = 0;
     virtual bool deliver_denial(uint32_t proc, uint64_t request_id, DenyReason reason) = 0;
     // Whether the backend that sent request_id still has its GES session.
     virtual bool owner_alive(uint32_t proc, uint64_t request_id) = 0;
@@ -142,6 +147,9 @@ class WorkerHost {
     virtual void record_error(ErrorType type, Severity severity, int peer,
                               const std::string& text) = 0;
     virtual void count(WorkerCounter counter) = 0;
+    virtual void count_many(WorkerCounter counter, uint64_t n) {
+        for (uint64_t i = 0; i < n; ++i) count(counter);
+    }
 };
 
 class Worker {
@@ -208,6 +216,7 @@ class Worker {
     void reap_dead_owners(int64_t now);
     void drop_stale_entry(const GesMessage& m, int64_t now);
     void release_one(Owner o, const ResourceName& r, int64_t now);
+    void count_value_invalidations();
     void release_owner(Owner o, int64_t now);
     void drop_everything(const char* why);
     void stop_serving();
@@ -259,11 +268,13 @@ class Worker {
     void serve_after_transfer(const ResourceName& r, int64_t now);
     std::vector<AfterTransfer> take_after_transfer(const ResourceName& r);
     bool cancel_after_transfer(const GesMessage& m);
-    bool keep_in_cache(Owner o, const ResourceName& r, int64_t now);
+    bool keep_in_cache(Owner o, const ResourceName& r, const LockValue& value, int64_t now);
     void give_back_cached(const ResourceName& r, int64_t now);
-    void cache_granted(const ResourceName& r, LockMode mode, uint64_t token, int64_t now);
-    void release_node_lock(const ResourceName& r, int64_t now);
-    bool free_unused_entry(const ResourceName& r);
+    void cache_granted(const ResourceName& r, LockMode mode, uint64_t token, const LockValue& value,
+                       int64_t now);
+    void release_node_lock(const ResourceName& r, int64_t now, const LockValue& value = {});
+    bool free_unused_entry(const ResourceName& r, LockValue* value);
+    LockValue cached_value(const ResourceName& r);
     void mark_converting(const ResourceName& r);
     void cache_bast(const GesMessage& m, int64_t now);
     void cache_look(const ResourceName& r, int64_t now);
@@ -313,6 +324,7 @@ class Worker {
     int64_t last_reap_ = 0;
     uint64_t next_internal_id_ = 1;
     uint64_t bast_count_ = 0;
+    uint64_t invalidations_seen_ = 0;              // table_.value_invalidations() already counted
     std::set<Key> basted_;                         // direct holders told of a BAST (not cached)
     std::set<ResourceName> cache_basts_;           // cached locks a BAST asks back
     std::set<ResourceName> pending_basts_;         // BASTs that came before the Transfer's grant

@@ -1,5 +1,5 @@
 // GES wire codec: every message round-trips, the layout is what docs/ges.md
-// says (version 2), and every malformed field, truncation, trailing byte and
+// says (version 4), and every malformed field, truncation, trailing byte and
 // version-1 message is rejected.
 #include <gtest/gtest.h>
 
@@ -164,7 +164,8 @@ Bytes v1_form(const GesMessage& m) {
         size_t at = 8;  // v1: header 4, replay head 4
         for (const ReplayEntry& e : m.entries) {
             b.erase(b.begin() + at + 26, b.begin() + at + 34);  // after the entry's flags
-            at += 26 + 2 + e.resource.len;
+            at += 26 + 2 + e.resource.len + 1 +
+                  (e.value.state == ValueState::Valid ? 1 + e.value.len : 0);
         }
         EXPECT_EQ(at, b.size());
     }
@@ -196,11 +197,11 @@ TEST(GesWire, EveryMessageRoundTrips) {
 }
 
 TEST(GesWire, LayoutIsLittleEndianAsDocumented) {
-    EXPECT_EQ(kGesWireVersion, 3);
+    EXPECT_EQ(kGesWireVersion, 4);
     const Bytes b = encode(base(GesMsgType::Request));
-    // version, type, reserved, epoch
-    ASSERT_EQ(b.size(), 8u + 6 + 8 + 1 + 1 + 4 + 2 + 9);
-    EXPECT_EQ(b[0], 3);
+    // version, type, reserved, epoch; ...; resource, value (state 0: none)
+    ASSERT_EQ(b.size(), 8u + 6 + 8 + 1 + 1 + 4 + 2 + 9 + 1);
+    EXPECT_EQ(b[0], 4);
     EXPECT_EQ(b[1], 1);
     EXPECT_EQ(b[2], 0);
     EXPECT_EQ(b[3], 0);
@@ -220,15 +221,16 @@ TEST(GesWire, LayoutIsLittleEndianAsDocumented) {
     EXPECT_EQ(b[25], 0x13);
     EXPECT_EQ(b[28], 1);  // text
     EXPECT_EQ(b[29], 9);
-    EXPECT_EQ(std::string(b.begin() + 30, b.end()), "orders:42");
+    EXPECT_EQ(std::string(b.begin() + 30, b.end() - 1), "orders:42");
+    EXPECT_EQ(b.back(), 0);
     EXPECT_EQ(encode(base(GesMsgType::ReleaseAll)).size(), 14u);
 }
 
 TEST(GesWire, GrantCarriesItsTokenAfterTheModeAndBastDoesNot) {
     const GesMessage grant = base(GesMsgType::Grant);
     const Bytes g = encode(grant);
-    // header 8, owner 6, request id 8, mode 1, token 8, resource
-    ASSERT_EQ(g.size(), 8u + 6 + 8 + 1 + 8 + 2 + 9);
+    // header 8, owner 6, request id 8, mode 1, token 8, resource, value
+    ASSERT_EQ(g.size(), 8u + 6 + 8 + 1 + 8 + 2 + 9 + 1);
     EXPECT_EQ(g[1], 6);
     EXPECT_EQ(le(g, 14, 8), 0x1122334455667788ULL);
     EXPECT_EQ(g[22], static_cast<uint8_t>(LockMode::PW));
@@ -237,7 +239,7 @@ TEST(GesWire, GrantCarriesItsTokenAfterTheModeAndBastDoesNot) {
     EXPECT_EQ(le(g, 23, 8), kToken);
     EXPECT_EQ(g[31], 1);  // text
     EXPECT_EQ(g[32], 9);
-    EXPECT_EQ(std::string(g.begin() + 33, g.end()), "orders:42");
+    EXPECT_EQ(std::string(g.begin() + 33, g.end() - 1), "orders:42");
     for (uint64_t token : {uint64_t{0}, uint64_t{1}, kToken, ~uint64_t{0}}) {
         GesMessage x = grant;
         x.token = token;
@@ -303,7 +305,8 @@ TEST(GesWire, HeaderFieldsAreValidated) {
         expect_bad(m, 0, 0, GesWireError::BadVersion);
         expect_bad(m, 0, 1, GesWireError::BadVersion);
         expect_bad(m, 0, 2, GesWireError::BadVersion);
-        expect_bad(m, 0, 4, GesWireError::BadVersion);
+        expect_bad(m, 0, 3, GesWireError::BadVersion);
+        expect_bad(m, 0, 5, GesWireError::BadVersion);
         expect_bad(m, 1, 0, GesWireError::BadType);
         expect_bad(m, 1, kMaxGesMsgType + 1, GesWireError::BadType);
         expect_bad(m, 2, 1, GesWireError::BadReserved);
@@ -397,7 +400,7 @@ TEST(GesWire, ResourceIsValidated) {
         expect_bad(m, off, 3, GesWireError::BadResource);       // kind 3
         expect_bad(m, off + 1, 0, GesWireError::BadResource);   // empty text
         expect_bad(m, off + 1, 65, GesWireError::BadResource);  // too long
-        expect_bad(m, off + 1, 10, GesWireError::Truncated);    // longer than the bytes
+        expect_bad(m, off + 1, 11, GesWireError::Truncated);    // longer than the bytes
         expect_bad(m, off + 2, 0, GesWireError::BadResource);   // NUL in text
         expect_bad(m, off, 2, GesWireError::BadResource);       // bigint with 9 bytes
         GesMessage i = m;
@@ -461,14 +464,14 @@ TEST(GesWire, ReplayFieldsAreValidated) {
     expect_bad(m, 9, 1, GesWireError::BadReserved);
     expect_bad(m, 10, 2, GesWireError::TrailingBytes);  // fewer counted than sent
     expect_bad(m, 10, 4, GesWireError::Truncated);      // more counted than sent
-    expect_bad(m, 11, 0x02, GesWireError::Truncated);   // 515: allowed, but not there
-    expect_bad(m, 11, 0x03, GesWireError::BadCount);    // 771 > kMaxReplayEntries
+    expect_bad(m, 11, 0x01, GesWireError::Truncated);   // 259: allowed, but not there
+    expect_bad(m, 11, 0x02, GesWireError::BadCount);    // 515 > kMaxReplayEntries
     {
         Bytes b = encode(m);
-        b[10] = 0x58;  // 600 = 0x258: allowed, but not there
-        b[11] = 0x02;
+        b[10] = 0xc2;  // 450 = 0x1c2: allowed, but not there
+        b[11] = 0x01;
         EXPECT_EQ(decode(b), GesWireError::Truncated);
-        b[10] = 0x59;  // 601 > kMaxReplayEntries
+        b[10] = 0xc3;  // 451 > kMaxReplayEntries
         EXPECT_EQ(decode(b), GesWireError::BadCount);
     }
     // First entry starts at 12: owner 12..17, id 18..25, since 26..33, state 34,
@@ -502,8 +505,8 @@ TEST(GesWire, ReplayEntryLayoutAndTokensAreAsDocumented) {
     const GesMessage m = replay();
     const Bytes b = encode(m);
     // head 12 (header 8, flags, reserved, count); entries: owner 6, id 8, since 8,
-    // state, granted, requested, flags, token 8, resource
-    ASSERT_EQ(b.size(), 12u + (34 + 2 + 9) + (34 + 2 + 8) + (34 + 2 + 9));
+    // state, granted, requested, flags, token 8, resource, value (none: 1 byte)
+    ASSERT_EQ(b.size(), 12u + (34 + 2 + 9 + 1) + (34 + 2 + 8 + 1) + (34 + 2 + 9 + 1));
     EXPECT_EQ(b[1], 9);
     EXPECT_EQ(le(b, 4, 4), kEpoch);
     EXPECT_EQ(b[8], kReplayLast);
@@ -522,7 +525,8 @@ TEST(GesWire, ReplayEntryLayoutAndTokensAreAsDocumented) {
         EXPECT_EQ(le(b, at + 26, 8), e.token);
         EXPECT_EQ(b[at + 34], static_cast<uint8_t>(e.resource.kind));
         EXPECT_EQ(b[at + 35], e.resource.len);
-        at += 36 + e.resource.len;
+        EXPECT_EQ(b[at + 36 + e.resource.len], 0);  // value: none
+        at += 37 + e.resource.len;
     }
     EXPECT_EQ(at, b.size());
     EXPECT_EQ(b[38], 0xf2);  // first entry (granted): token kToken + 1, low byte first
@@ -544,18 +548,20 @@ TEST(GesWire, ReplayEntryLayoutAndTokensAreAsDocumented) {
     EXPECT_FALSE(other == x.entries[1]);
 }
 
-TEST(GesWire, ReplayOf600LargestEntriesFitsAnd601IsRefused) {
-    EXPECT_EQ(kMaxReplayEntries, 600);
+TEST(GesWire, ReplayOf450LargestEntriesFitsAnd451IsRefused) {
+    EXPECT_EQ(kMaxReplayEntries, 450);
     ReplayEntry largest = entry(LockState::Converting, LockMode::PR, LockMode::EX,
                                 *ResourceName::from_text(std::string(64, 'q')));
+    const std::string v(kMaxLockValue, 'v');
+    largest.value = LockValue::valid(v.data(), v.size());
     GesMessage m = replay();
     m.entries.assign(kMaxReplayEntries, largest);
     Bytes b = encode(m);
-    ASSERT_EQ(b.size(), 12u + 600 * 100);  // the largest entry is 100 bytes
+    ASSERT_EQ(b.size(), 12u + 450 * 134);  // the largest entry is 134 bytes
     EXPECT_LE(b.size(), kMaxGesMessage);
     GesMessage back;
     ASSERT_EQ(decode_ges_message(b.data(), b.size(), &back), GesWireError::None);
-    EXPECT_EQ(back.entries.size(), 600u);
+    EXPECT_EQ(back.entries.size(), 450u);
     EXPECT_TRUE(back == m);
     // One more entry: refused on encode, and on decode even with the bytes there.
     GesMessage more = m;
@@ -563,11 +569,62 @@ TEST(GesWire, ReplayOf600LargestEntriesFitsAnd601IsRefused) {
     Bytes out;
     EXPECT_EQ(encode_ges_message(more, &out), GesWireError::BadCount);
     EXPECT_TRUE(out.empty());
-    const Bytes last(b.end() - 100, b.end());  // the 600th entry, again
+    const Bytes last(b.end() - 134, b.end());  // the 450th entry, again
     b.insert(b.end(), last.begin(), last.end());
-    b[10] = 0x59;  // 601
-    b[11] = 0x02;
+    b[10] = 0xc3;  // 451
+    b[11] = 0x01;
     EXPECT_EQ(decode(b), GesWireError::BadCount);
+}
+
+TEST(GesWire, ValueBlocksRoundTripAndAreValidated) {
+    const std::string v = "counter=17";
+    const LockValue valid = LockValue::valid(v.data(), v.size());
+    for (GesMsgType t :
+         {GesMsgType::Request, GesMsgType::Convert, GesMsgType::Release, GesMsgType::Grant}) {
+        for (const LockValue& val :
+             {valid, LockValue::invalid(), LockValue::valid(nullptr, 0), LockValue{}}) {
+            GesMessage m = base(t);
+            m.value = val;
+            const Bytes b = encode(m);
+            // The value follows the resource: state, then (valid) length and bytes.
+            const size_t at = b.size() - (val.state == ValueState::Valid ? 2 + val.len : 1);
+            EXPECT_EQ(b[at], static_cast<uint8_t>(val.state)) << ges_msg_type_name(t);
+            GesMessage back;
+            ASSERT_EQ(decode_ges_message(b.data(), b.size(), &back), GesWireError::None);
+            EXPECT_TRUE(back == m) << ges_msg_type_name(t);
+            EXPECT_TRUE(back.value == val);
+            GesMessage other = m;
+            other.value = val == valid ? LockValue::invalid() : valid;
+            EXPECT_FALSE(back == other) << "the value is part of the message";
+        }
+        GesMessage m = base(t);
+        m.value = valid;
+        const Bytes b = encode(m);
+        const size_t at = b.size() - 2 - v.size();
+        expect_bad(m, at, 3, GesWireError::BadValue);           // unknown state
+        expect_bad(m, at + 1, 33, GesWireError::BadValue);      // longer than kMaxLockValue
+        expect_bad(m, at + 1, 11, GesWireError::Truncated);     // longer than the bytes
+        expect_bad(m, at + 1, 9, GesWireError::TrailingBytes);  // shorter
+        m.value.len = kMaxLockValue + 1;
+        Bytes out;
+        EXPECT_EQ(encode_ges_message(m, &out), GesWireError::BadValue);
+        EXPECT_TRUE(out.empty());
+    }
+    // Messages without a value carry none; a waiting replay entry holds nothing to carry.
+    EXPECT_EQ(encode(base(GesMsgType::Bast)).size(), 8u + 6 + 8 + 1 + 2 + 9);
+    GesMessage r = replay();
+    for (ReplayEntry& e : r.entries) {
+        if (e.state != LockState::Waiting) e.value = valid;
+    }
+    const Bytes rb = encode(r);
+    GesMessage back;
+    ASSERT_EQ(decode_ges_message(rb.data(), rb.size(), &back), GesWireError::None);
+    EXPECT_TRUE(back == r);
+    for (ReplayEntry& e : r.entries) {
+        if (e.state == LockState::Waiting) e.value = valid;
+    }
+    Bytes out;
+    EXPECT_EQ(encode_ges_message(r, &out), GesWireError::BadValue);
 }
 
 TEST(GesWire, ReplayIsSplitIntoBoundedMessagesAndTheLastIsMarked) {
@@ -583,7 +640,7 @@ TEST(GesWire, ReplayIsSplitIntoBoundedMessagesAndTheLastIsMarked) {
     invalid.owner.node = 0;
     entries.push_back(invalid);  // left out
     const auto msgs = encode_replay_messages(entries, kEpoch);
-    ASSERT_EQ(msgs.size(), 3u);  // 600 + 600 + 300
+    ASSERT_EQ(msgs.size(), 4u);  // 450 + 450 + 450 + 150
     std::vector<ReplayEntry> back;
     for (size_t i = 0; i < msgs.size(); ++i) {
         EXPECT_LE(msgs[i].size(), kMaxGesMessage);
@@ -591,7 +648,7 @@ TEST(GesWire, ReplayIsSplitIntoBoundedMessagesAndTheLastIsMarked) {
         ASSERT_EQ(decode_ges_message(msgs[i].data(), msgs[i].size(), &m), GesWireError::None);
         EXPECT_EQ(m.flags == kReplayLast, i + 1 == msgs.size());
         EXPECT_EQ(m.epoch, kEpoch) << "every message carries the epoch";
-        EXPECT_EQ(m.entries.size(), i + 1 < msgs.size() ? size_t{kMaxReplayEntries} : 300u);
+        EXPECT_EQ(m.entries.size(), i + 1 < msgs.size() ? size_t{kMaxReplayEntries} : 150u);
         back.insert(back.end(), m.entries.begin(), m.entries.end());
     }
     entries.pop_back();

@@ -90,7 +90,7 @@ class NodeHost final : public WorkerHost {
     uint32_t n_lms() override { return lms; }
     int64_t peer_timeout_ms() override { return peer_timeout; }
     int64_t deadlock_timeout_ms() override { return 1000; }
-    bool deliver_grant(uint32_t, uint64_t request_id, uint64_t) override {
+    bool deliver_grant(uint32_t, uint64_t request_id, uint64_t, const LockValue&) override {
         if (waiting.erase(request_id) == 0) return false;
         granted.insert(request_id);
         return true;

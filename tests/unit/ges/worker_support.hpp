@@ -37,6 +37,7 @@ class FakeHost final : public WorkerHost {
         uint64_t request_id;
         uint64_t token;     // granted
         DenyReason reason;  // denied
+        LockValue value;    // granted: the value block
     };
 
     FakeHost() : ms(std::make_unique<MembershipShared>()) { set_lease(kLeaseForever); }
@@ -97,11 +98,12 @@ class FakeHost final : public WorkerHost {
     uint32_t n_lms() override { return lms; }
     int64_t peer_timeout_ms() override { return peer_timeout; }
     int64_t deadlock_timeout_ms() override { return deadlock_timeout; }
-    bool deliver_grant(uint32_t proc, uint64_t request_id, uint64_t token) override {
-        return deliver({true, proc, request_id, token, DenyReason::Cancelled});
+    bool deliver_grant(uint32_t proc, uint64_t request_id, uint64_t token,
+                       const LockValue& value) override {
+        return deliver({true, proc, request_id, token, DenyReason::Cancelled, value});
     }
     bool deliver_denial(uint32_t proc, uint64_t request_id, DenyReason reason) override {
-        return deliver({false, proc, request_id, 0, reason});
+        return deliver({false, proc, request_id, 0, reason, {}});
     }
     bool owner_alive(uint32_t proc, uint64_t) override { return dead_procs.count(proc) == 0; }
     void log(WorkerLogLevel level, std::string text) override {
@@ -211,10 +213,11 @@ class GesCluster {
         return ask(GesMsgType::Convert, id, proc, r, mode, flags, timeout_ms);
     }
     uint64_t ask(GesMsgType type, uint16_t id, uint32_t proc, const ResourceName& r, LockMode mode,
-                 uint8_t flags, uint32_t timeout_ms) {
+                 uint8_t flags, uint32_t timeout_ms, const LockValue& value = {}) {
         const uint64_t rid = request_id(proc, ++counter_);
         GesMessage m;
         m.type = type;
+        m.value = value;
         m.owner = Owner{id, proc};
         m.resource = r;
         m.mode = mode;
@@ -225,9 +228,11 @@ class GesCluster {
         from_backend(id, m);
         return rid;
     }
-    void release(uint16_t id, uint32_t proc, const ResourceName& r) {
+    // (value: what a PW/EX holder writes; None leaves the value block as it is)
+    void release(uint16_t id, uint32_t proc, const ResourceName& r, const LockValue& value = {}) {
         GesMessage m;
         m.type = GesMsgType::Release;
+        m.value = value;
         m.owner = Owner{id, proc};
         m.resource = r;
         from_backend(id, m);
@@ -311,6 +316,12 @@ class GesCluster {
         for (const FakeHost::Delivery& d : host(id).deliveries)
             if (!d.granted && d.request_id == rid && d.reason == why) return true;
         return false;
+    }
+    // The value block the grant of rid brought (None: no such grant).
+    LockValue value(uint16_t id, uint64_t rid) {
+        for (const FakeHost::Delivery& d : host(id).deliveries)
+            if (d.granted && d.request_id == rid) return d.value;
+        return LockValue{};
     }
     uint64_t token(uint16_t id, uint64_t rid) {
         for (const FakeHost::Delivery& d : host(id).deliveries)
