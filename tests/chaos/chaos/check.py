@@ -7,7 +7,12 @@ times, and finds
   out (a 'fenced' row of pg_cluster_membership_history);
 * hung calls: a lock or unlock call that took longer than its bound (the time its
   instance was frozen or down does not count), or never returned;
-* progress: after each heal, how long until every node had a grant again.
+* progress: after each heal, how long until every node had a grant again;
+* value violations (lock value blocks, docs/ges.md): a grant that brought a valid value
+  that no EX hold wrote, that its writer had not begun to release when the grant
+  returned, or that is older than a write whose unlock returned before the grant was
+  asked for (a stale value reported as valid). Invalid (NULL) is always allowed, and so
+  is the empty value (a resource no lock keeps anywhere is forgotten, value and all).
 
 The delivery probes' records (exactly-once RPCs, at-most-once notes) are checked by
 delivery.py.
@@ -140,6 +145,54 @@ def progress(ops, faults, n, bound_s, run_end):
     return out
 
 
+def find_value_violations(ops):
+    """Grants whose valid value block is not one they may see (module doc); also
+    counts what was read: {"violations": [...], "reads": n, "valid": n, "empty": n,
+    "invalid": n, "writes": n}."""
+    writers = {}  # (resource, value) -> the op that wrote it
+    done = {}     # resource -> writes whose unlock returned true, by unlock_returned_at
+    for op in ops:
+        v = op.get("value_written")
+        if v is None or op.get("granted_at") is None:
+            continue
+        writers[(op["resource"], v)] = op
+        if op.get("outcome") == "granted" and op.get("unlock_returned_at") is not None:
+            done.setdefault(op["resource"], []).append(op)
+    for lst in done.values():
+        lst.sort(key=lambda w: w["unlock_returned_at"])
+    out = []
+    stats = {"reads": 0, "valid": 0, "empty": 0, "invalid": 0,
+             "writes": sum(len(x) for x in done.values())}
+    for op in ops:
+        if "value_read" not in op or op.get("granted_at") is None:
+            continue
+        stats["reads"] += 1
+        v = op["value_read"]
+        if v is None:
+            stats["invalid"] += 1
+            continue
+        if v == "":
+            stats["empty"] += 1
+            continue
+        stats["valid"] += 1
+        w = writers.get((op["resource"], v))
+        if w is None:
+            out.append({"op": op, "why": "value %r was never written" % v})
+            continue
+        if w["released_at"] >= op["lock_returned_at"]:
+            out.append({"op": op, "writer": w, "why": "read before its writer released"})
+            continue
+        since = w.get("unlock_returned_at") or w["released_at"]
+        lst = done.get(op["resource"], [])
+        k = bisect.bisect_left([x["unlock_returned_at"] for x in lst], op["requested_at"])
+        newer = [x for x in lst[:k] if x is not w and x["released_at"] > since]
+        if newer:
+            out.append({"op": op, "writer": w, "newer": newer[-1],
+                        "why": "stale: a newer write had returned before the lock was asked"})
+    stats["violations"] = out
+    return stats
+
+
 def check(ops, unfinished, faults, fenced, n, hung_bound_s, progress_bound_s, run_end):
     hs = holds(ops + [u for u in unfinished if u.get("released_at")], faults, fenced)
     vs = find_violations(hs)
@@ -147,6 +200,7 @@ def check(ops, unfinished, faults, fenced, n, hung_bound_s, progress_bound_s, ru
         v["near"] = attribute(v, faults)
     return {
         "holds": hs,
+        "values": find_value_violations(ops),
         "violations": vs,
         "hung": find_hung(ops, unfinished, faults, hung_bound_s),
         "progress": progress(ops, faults, n, progress_bound_s, run_end),

@@ -3,7 +3,11 @@ locks in a loop and record every operation.
 
 Times are wall clock (time.time()). granted_at is taken AFTER pgrac_ges_lock returned
 true and released_at BEFORE pgrac_ges_unlock is called, so a recorded hold is a
-subset of the real one: any overlap of two recorded holds is a real violation."""
+subset of the real one: any overlap of two recorded holds is a real violation.
+
+Lock value blocks (docs/ges.md), where the extension has them: every grant records the
+value it brought (value_read: the text, or None when invalid), and two of three EX holds
+set a value of their own, unique in the run, before they unlock (value_written)."""
 
 import random
 import re
@@ -42,8 +46,12 @@ def classify(exc):
     return "error: " + first[:110]
 
 
+VALUE_WRITE_SHARE = 2 / 3
+INVALID = None  # value_read of a grant whose value block is invalid
+
+
 class Client(threading.Thread):
-    def __init__(self, node, index, seed, stop, progress):
+    def __init__(self, node, index, seed, stop, progress, values=False):
         super().__init__(daemon=True, name="client-%d-%d" % (node.i, index))
         self.node = node
         self.rng = random.Random(seed)
@@ -54,6 +62,9 @@ class Client(threading.Thread):
         self.conn = None
         self.pid = None
         self.connect_failures = 0
+        self.values = values
+        self.index = index
+        self.writes = 0
 
     def _connect(self):
         try:
@@ -93,7 +104,17 @@ class Client(threading.Thread):
               "released_at": None, "unlock_returned_at": None, "outcome": None}
         self.current = op
         try:
-            ok = self._call("SELECT pgrac_ges_lock(%s, %s, %s)", (res, mode, LOCK_TIMEOUT_MS))
+            if self.values:
+                # CASE reads the value only once the lock is granted ('' is valid and empty).
+                got = self._call(
+                    "SELECT CASE WHEN pgrac_ges_lock(%s, %s, %s) THEN"
+                    " coalesce('v' || convert_from(pgrac_ges_lock_value(%s), 'UTF8'), 'i') END",
+                    (res, mode, LOCK_TIMEOUT_MS, res))
+                ok = got is not None
+                if ok:
+                    op["value_read"] = got[1:] if got.startswith("v") else INVALID
+            else:
+                ok = self._call("SELECT pgrac_ges_lock(%s, %s, %s)", (res, mode, LOCK_TIMEOUT_MS))
         except Exception as e:  # noqa: BLE001 - every error ends the op
             op["lock_returned_at"] = time.time()
             op["outcome"] = classify(e)
@@ -106,10 +127,19 @@ class Client(threading.Thread):
         op["granted_at"] = t
         self.progress[self.node.i] = t
         time.sleep(self.rng.uniform(0.001, 0.030))
+        write = (self.values and mode == "EX" and self.rng.random() < VALUE_WRITE_SHARE)
+        if write:
+            self.writes += 1
+            op["value_written"] = "n%dc%dw%d" % (self.node.i, self.index, self.writes)
         op["released_at"] = time.time()
         try:
             self.conn.notices.clear()
-            released = self._call("SELECT pgrac_ges_unlock(%s)", (res,))
+            if write:
+                released = self._call("SELECT pgrac_ges_set_lock_value(%s, %s::bytea);"
+                                      " SELECT pgrac_ges_unlock(%s)",
+                                      (res, op["value_written"], res))
+            else:
+                released = self._call("SELECT pgrac_ges_unlock(%s)", (res,))
         except Exception as e:  # noqa: BLE001
             op["unlock_returned_at"] = time.time()
             op["outcome"] = "granted; unlock: " + classify(e)
@@ -128,10 +158,12 @@ class Client(threading.Thread):
 
 
 class Workload:
-    def __init__(self, cluster, per_node, seed):
+    def __init__(self, cluster, per_node, seed, values=False):
         self.stop = threading.Event()
         self.progress = {}
-        self.clients = [Client(node, k, seed * 1000 + node.i * 10 + k, self.stop, self.progress)
+        self.values = values
+        self.clients = [Client(node, k, seed * 1000 + node.i * 10 + k, self.stop, self.progress,
+                               values)
                         for node in cluster.nodes for k in range(per_node)]
 
     def start(self):

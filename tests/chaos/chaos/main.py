@@ -151,7 +151,10 @@ def run(args):
         if bad:
             raise RuntimeError("not every node runs %s: %s" % (args.tier, "; ".join(bad)))
 
-        workload = clients.Workload(cluster, args.clients, args.seed)
+        values_not = probes.values_available(cluster)
+        if values_not:
+            log("lock value blocks not checked: " + values_not)
+        workload = clients.Workload(cluster, args.clients, args.seed, values=not values_not)
         why_not = probes.available(cluster)
         if why_not:
             log("delivery probes not run: " + why_not)
@@ -195,6 +198,7 @@ def run(args):
                 "library": so, "library_start": so_start,
                 "library_end": library.fingerprint(so),
                 "probes": why_not, "probe_pause_s": probes.PAUSE_S,
+                "values": values_not,
                 "tier": args.tier, "faults_left_out": left_out, "faults_only": args.faults,
                 "tier_problems": tier_bad,
                 "peer_timeout_s": cluster.peer_timeout_s,

@@ -38,6 +38,18 @@ def stream_for(src, dst, n):
     return ((src - 1) * n + (dst - 1)) % SEQ_STREAMS
 
 
+def values_available(cluster):
+    """None if the lock value block functions exist, else why not."""
+    try:
+        rows = cluster.node(1).query(
+            "SELECT count(*) FROM pg_proc WHERE proname IN ('pgrac_ges_lock_value', "
+            "'pgrac_ges_set_lock_value')", timeout=10)
+    except psycopg2.Error as e:
+        return "could not look for the value block functions: %s" % (
+            str(e).strip().splitlines()[0])
+    return None if rows[0][0] >= 2 else "pgrac_ges_lock_value is missing"
+
+
 def available(cluster):
     """None if pgrac_ic_seq_rpc and pgrac_ic_broadcast exist, else why not."""
     try:

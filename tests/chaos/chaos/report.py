@@ -201,6 +201,22 @@ def summary(meta, ops, unfinished, faults, fenced, res, out, violations_file=Non
             f.write("\n".join(texts) + "\n")
         p("  every pair with both intervals: %s" % violations_file)
 
+    val = res.get("values") or {"violations": [], "reads": 0}
+    if meta.get("values"):
+        p("lock value blocks: not checked (%s)" % meta["values"])
+    else:
+        p("lock value blocks: %d grants read one (%d valid, %d empty, %d invalid), %d writes "
+          "returned; violations: %d" % (val["reads"], val.get("valid", 0), val.get("empty", 0),
+                                        val.get("invalid", 0), val.get("writes", 0),
+                                        len(val["violations"])))
+    for x in val["violations"][:20]:
+        op = x["op"]
+        p("  node %d pid %s %s %s granted %s read %r: %s%s" % (
+            op["node"], op["pid"], op["mode"], op["resource"], rel(op["granted_at"]),
+            op.get("value_read"), x["why"],
+            "" if "newer" not in x else " (%r, unlock returned %s)" % (
+                x["newer"]["value_written"], rel(x["newer"]["unlock_returned_at"]))))
+
     p("hung calls (over %.0f s, frozen/down time excluded, or never returned): %d"
       % (meta["hung_bound_s"], len(hung)))
     for h in hung[:20]:
@@ -229,7 +245,8 @@ def summary(meta, ops, unfinished, faults, fenced, res, out, violations_file=Non
     delivery_reasons = _delivery(meta, delivery, faults, p)
 
     ok_progress = bool(prog) and not lost
-    ok = not vs and not hung and ok_progress and not delivery_reasons and not tier_bad
+    ok = (not vs and not hung and ok_progress and not delivery_reasons and not tier_bad
+          and not val["violations"])
     reasons = []
     if tier_bad:
         reasons.append("%d nodes not at %s" % (len(tier_bad), tier))
@@ -237,6 +254,8 @@ def summary(meta, ops, unfinished, faults, fenced, res, out, violations_file=Non
         reasons.append("%d violations" % len(vs))
     if hung:
         reasons.append("%d hung calls" % len(hung))
+    if val["violations"]:
+        reasons.append("%d lock value block violations" % len(val["violations"]))
     if not ok_progress:
         reasons.append("no progress within %.0f s after %d of %d heals"
                        % (meta["progress_bound_s"], len(lost), len(prog))

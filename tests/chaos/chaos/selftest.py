@@ -49,6 +49,24 @@ def cases():
                                            outcome="timeout")], (), None
 
 
+def value_cases():
+    """(name, want violations, ops): EX holds that write, grants that read."""
+    w1 = op(1, "EX", 1.0, 2.0, value_written="a")            # unlock returns at 2.001
+    w2 = op(2, "EX", 3.0, 4.0, value_written="b")            # unlock returns at 4.001
+    yield "latest value read", 0, [w1, w2, op(1, "PR", 5.0, 6.0, value_read="b")]
+    yield "the older value while the newer write was still releasing", 0, \
+        [w1, w2, op(1, "PR", 4.0005, 6.0, value_read="a", requested_at=4.0)]
+    yield "stale value after a newer write returned", 1, \
+        [w1, w2, op(1, "PR", 5.0, 6.0, value_read="a")]
+    yield "a value never written", 1, [w1, op(2, "PR", 5.0, 6.0, value_read="zz")]
+    yield "read before its writer released", 1, [op(2, "PR", 1.5, 1.8, value_read="a"), w1]
+    yield "invalid and empty are always allowed", 0, \
+        [w1, w2, op(1, "PR", 5.0, 6.0, value_read=None), op(2, "PR", 7.0, 8.0, value_read="")]
+    yield "a failed unlock's write may or may not count", 0, \
+        [w1, op(2, "EX", 3.0, 4.0, value_written="b", outcome="granted; unlock: connection_lost"),
+         op(1, "PR", 5.0, 6.0, value_read="a"), op(1, "PR", 7.0, 8.0, value_read="b")]
+
+
 def call(seq, res="applied", err=None, src=1, dst=2):
     return {"src": src, "dst": dst, "stream": 1, "seq": seq, "pid": 1, "t0": float(seq),
             "t1": seq + 0.01, "res": None if err else res, "err": err}
@@ -94,6 +112,13 @@ def main():
         ok = got == want
         failed += not ok
         print("%s  %s: %d violations (want %d)" % ("ok  " if ok else "FAIL", name, got, want))
+    for name, want, ops in value_cases():
+        got = len(run_check(ops)["values"]["violations"])
+        ok = got == want
+        failed += not ok
+        ran += 1
+        print("%s  value: %s: %d violations (want %d)" % ("ok  " if ok else "FAIL", name, got,
+                                                          want))
     # Hung: a call over the bound, and the same call when its instance was frozen.
     slow = op(1, "EX", 1.0, 1.1, requested_at=-12.0)
     h1 = len(run_check([slow])["hung"])
