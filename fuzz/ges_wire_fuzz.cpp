@@ -72,6 +72,9 @@ void commit(GesCluster& c, uint32_t* epoch, std::vector<uint16_t> members) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     GesCluster c(3, /*mirror_capacity=*/16);
+    // Mastership that follows use as often as it can happen: hand-offs,
+    // forwarding and Moved between the workers, whatever the input.
+    for (uint16_t n = 1; n <= 3; n++) c.host(n).remaster = 2;
     uint32_t epoch = 9;
     bool three = true;
     commit(c, &epoch, {1, 2, 3});

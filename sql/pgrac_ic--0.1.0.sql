@@ -202,7 +202,8 @@ CREATE FUNCTION pgrac_ges_stats(
     OUT basts_received bigint, OUT cache_transfers bigint, OUT cache_give_backs bigint,
     OUT cache_evictions bigint, OUT cache_conversions bigint, OUT grants_delivered bigint,
     OUT denials_delivered bigint, OUT late_grants_undone bigint, OUT dead_owners_reaped bigint,
-    OUT cluster_deadlocks bigint, OUT replay_conflicts bigint, OUT value_invalidations bigint)
+    OUT cluster_deadlocks bigint, OUT replay_conflicts bigint, OUT value_invalidations bigint,
+    OUT remasters bigint, OUT remaster_timeouts bigint)
 RETURNS record
 AS 'MODULE_PATHNAME', 'pgrac_ges_stats' LANGUAGE C STRICT VOLATILE;
 

@@ -144,12 +144,18 @@ bool ges_deliver(int32_t pid, uint64_t request_id, uint32_t outcome, uint64_t to
     if (pgrac::ic::load_acquire(&s->pid) != pid ||
         pgrac::ic::load_acquire(&s->request_id) != request_id)
         return false;
-    // Only the slot's waiter reads the token, and only after the word says
-    // Granted; the release store orders it (and the value before it) before
-    // the compare-and-swap.
+    // Win the slot first (Waiting -> Delivering), then write the token and
+    // value, then publish the outcome: a loser (a stale request id, an
+    // abandoned wait) writes nothing, and the waiter reads them only after
+    // the word says the outcome (release store).
+    uint64_t expected = ges_slot_word(request_id, kGesWaiting);
+    if (!pgrac::ic::compare_exchange(&s->word, &expected,
+                                     ges_slot_word(request_id, kGesDelivering)))
+        return false;
     s->value = value != nullptr ? *value : pgrac::ic::ges::LockValue{};
     pgrac::ic::store_release(&s->token, token);
-    uint64_t expected = ges_slot_word(request_id, kGesWaiting);
+    // (The slot may have been reset meanwhile: its backend exited.)
+    expected = ges_slot_word(request_id, kGesDelivering);
     if (!pgrac::ic::compare_exchange(&s->word, &expected, ges_slot_word(request_id, outcome)))
         return false;
     pgrac::ic::count((outcome & 0xff) == kGesGranted ? &g_ges->grants_delivered

@@ -9,9 +9,11 @@
 //   outcome = kGesIdle (0) | kGesWaiting (1) | kGesGranted (2)
 //           | kGesDenied (3) | reason << 8   (ges::DenyReason)
 // The backend arms it (request_id, then word = id32 << 32 | Waiting); an LMS
-// worker completes it with one compare-and-swap from exactly that value; a
-// backend that gives up swaps it back to Idle. Whoever swaps first wins, so a
-// grant is never both delivered and abandoned.
+// worker completes it by a compare-and-swap from exactly that value to
+// Delivering, then writes the token and value, then publishes the outcome; a
+// backend that gives up swaps Waiting back to Idle (and waits out a
+// Delivering). Whoever swaps first wins, so a grant is never both delivered
+// and abandoned, and nobody but the winner writes the token and value.
 //
 // A backend's request ids name its slot: bit 63 clear (the LMS's own ids have
 // it set), bits 62..40 = pgprocno + 1, bits 39..32 = the slot's session tag
@@ -34,6 +36,8 @@ inline constexpr uint32_t kGesIdle = 0;
 inline constexpr uint32_t kGesWaiting = 1;
 inline constexpr uint32_t kGesGranted = 2;
 inline constexpr uint32_t kGesDenied = 3;
+// An LMS won the slot and is writing the token and value: the outcome follows.
+inline constexpr uint32_t kGesDelivering = 4;
 
 // Uses of cached locks one backend records in its slot (more: it takes the
 // lock from the master instead).
@@ -84,6 +88,9 @@ struct GesShared {
     // Lock value blocks this node's masters made invalid (a PW/EX holder gone,
     // a rebuild without a holder above CR).
     uint64_t value_invalidations;
+    // Resources this node's masters handed to the node that used them most,
+    // and hand-offs not acknowledged in time (each asked for a new epoch).
+    uint64_t remasters, remaster_timeouts;
     GesWaitSlot slots[1];  // n_slots of them
 };
 // Plain data only, as everything in shared memory (pg_boundary.hpp).

@@ -34,6 +34,7 @@ int pgrac_ges_cache_entries = 16384;
 int pgrac_heartbeat_interval_ms = 1000;
 int pgrac_busy_poll_us = 200;
 int pgrac_ges_deadlock_timeout_ms = 1000;
+int pgrac_ges_remaster_after = 32;
 int pgrac_peer_timeout_ms = 10000;
 int pgrac_rpc_timeout_ms = 5000;
 int pgrac_tcp_paths = 1;
@@ -253,6 +254,14 @@ void define_settings() {
         "0 turns caching off. About 150 bytes each; cached locks also take entries of "
         "cluster.ges_registry_entries.",
         &pgrac_ges_cache_entries, 16384, 0, 1 << 24, PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable(
+        "cluster.ges_remaster_after",
+        "Requests after which a global lock's home master may hand it to the node that uses it.",
+        "Each resource's home master counts the requests it gets for it; after this many, if "
+        "one other node sent at least 40 % of them and this node under 20 %, the resource is "
+        "mastered on that node for the rest of the membership epoch (docs/ges.md, \"Mastership "
+        "that follows use\"). 0 never hands a resource over.",
+        &pgrac_ges_remaster_after, 32, 0, 1000000, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
     DefineCustomIntVariable(
         "cluster.reply_pool_size", "Shared memory for replies larger than 512 bytes in flight.",
         "A requester that may get a large reply (a block, a batch of blocks) takes 8 kB "

@@ -96,6 +96,9 @@ class LmsHost final : public WorkerHost {
     uint32_t n_lms() override { return shared()->n_lms; }
     int64_t peer_timeout_ms() override { return pgrac_peer_timeout_ms; }
     int64_t deadlock_timeout_ms() override { return pgrac_ges_deadlock_timeout_ms; }
+    uint32_t remaster_window() override {
+        return static_cast<uint32_t>(std::max(0, pgrac_ges_remaster_after));
+    }
 
     bool deliver_grant(uint32_t proc, uint64_t request_id, uint64_t token,
                        const LockValue& value) override {
@@ -158,6 +161,12 @@ class LmsHost final : public WorkerHost {
                 break;
             case WorkerCounter::ValueInvalidations:
                 count(&g->value_invalidations);
+                break;
+            case WorkerCounter::Remasters:
+                count(&g->remasters);
+                break;
+            case WorkerCounter::RemasterTimeouts:
+                count(&g->remaster_timeouts);
                 break;
         }
     }

@@ -83,7 +83,7 @@ Datum pgrac_ges_stats(PG_FUNCTION_ARGS) {
         ges_cache_unlock(part);
     }
     auto rd = [](uint64_t* p) { return counter_datum(pgrac::ic::load_relaxed(p)); };
-    constexpr int kCols = 21;
+    constexpr int kCols = 23;
     Datum v[kCols];
     bool nulls[kCols];
     memset(nulls, 0, sizeof nulls);
@@ -109,5 +109,7 @@ Datum pgrac_ges_stats(PG_FUNCTION_ARGS) {
     v[i++] = rd(&g->cluster_deadlocks);
     v[i++] = rd(&g->replay_conflicts);
     v[i++] = rd(&g->value_invalidations);
+    v[i++] = rd(&g->remasters);
+    v[i++] = rd(&g->remaster_timeouts);
     PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(desc, v, nulls)));
 }

@@ -166,6 +166,11 @@ struct GesHeld {
     // written when a PW/EX lock is released or converted down).
     LockValue value;
     bool value_dirty;
+    // A down-conversion of this cached hold that the session stopped waiting
+    // for: if the LMS made the lock the session's own to convert it (the
+    // entry is gone), it is made at the master, and the session holds this.
+    bool has_pending_down;
+    LockMode pending_down;
 };
 
 // The value a PW/EX hold writes when it is released or converted to `to`
@@ -310,7 +315,12 @@ void settle_hold(GesHeld* h) {
     if (!same) {
         h->cached = false;
         forget_use_record(h->entry, h->generation);
+        if (h->has_pending_down) {
+            h->mode = h->pending_down;
+            h->value_dirty = false;  // the Convert carried the write
+        }
     }
+    h->has_pending_down = false;
 }
 
 // Ends this session's use of a cached hold; tells the LMS if a BAST or a
@@ -512,8 +522,8 @@ bool ges_lock(const ResourceName& r, LockMode mode, int timeout_ms) {
         if (h != nullptr) settle_hold(h);
         if (h == nullptr && cache_take_local(r, mode, LockMode::NL, fences0, shard0, &token, &entry,
                                              &generation, nullptr, &value)) {
-            ges_add_held(
-                GesHeld{r, mode, 1, fences0, shard0, token, true, entry, generation, value, false});
+            ges_add_held(GesHeld{r, mode, 1, fences0, shard0, token, true, entry, generation, value,
+                                 false, false, LockMode::NL});
             return true;
         }
         if (h != nullptr && h->cached &&
@@ -531,22 +541,28 @@ bool ges_lock(const ResourceName& r, LockMode mode, int timeout_ms) {
     // there until this session is the lock's only local user, and the lock
     // becomes the session's own at the master.
     const bool cached_conversion = h != nullptr && h->cached;
-    // A conversion of the session's own PW/EX lock writes its value (the
-    // cached conversion here is always an up-conversion: it writes nothing).
-    const LockValue* write =
-        h != nullptr && !cached_conversion ? value_to_write(*h, mode) : nullptr;
+    // A conversion of a PW/EX lock to a weaker mode writes its value.
+    const LockValue* write = h != nullptr ? value_to_write(*h, mode) : nullptr;
+    // A down-conversion is granted at once by the master, and never
+    // withdrawn: a session that stops waiting for one takes it as made (and
+    // so does its LMS), so that it never believes a stronger mode than the
+    // master granted. The session's own lock's is waited for without a limit.
+    const bool down = h != nullptr && mode != h->mode && mode_at_most(mode, h->mode);
     const uint64_t id = ges_next_request_id();
     // NOWAIT still needs the master's answer; bound it (a remastering can
     // hold it back for up to the peer timeout).
-    const int64_t limit_ms = timeout_ms > 0    ? timeout_ms
+    const int64_t limit_ms = down && !cached_conversion ? -1
+                             : timeout_ms > 0           ? timeout_ms
                              : timeout_ms == 0 ? pgrac_rpc_timeout_ms + 2 * pgrac_peer_timeout_ms
                                                : -1;
     uint64_t word = 0;
     bool timed_out = false;
     const uint8_t flags = timeout_ms == 0 ? kNoWait : 0;
     const uint32_t wire_timeout = timeout_ms > 0 ? static_cast<uint32_t>(timeout_ms) : 0;
-    ges_arm(slot, GesRequest{id, r, mode, flags, wire_timeout, h != nullptr,
-                             h ? h->mode : LockMode::NL, cached_conversion});
+    ges_arm(slot,
+            GesRequest{id, r, mode, flags, wire_timeout, h != nullptr, h ? h->mode : LockMode::NL,
+                       cached_conversion, write != nullptr ? *write : LockValue{}});
+    volatile bool sent = false;
     // From the armed slot to the end of the wait, any error (a cancel, a
     // failed send, anything raised in between) withdraws the request and
     // gives back a grant that won the race.
@@ -557,6 +573,7 @@ bool ges_lock(const ResourceName& r, LockMode mode, int timeout_ms) {
             ges_send_client(cached_conversion ? GesMsgType::Convert : GesMsgType::Request, &r,
                             route_key_for(r), mode, id, flags, wire_timeout, DenyReason::Cancelled,
                             limit_ms >= 0 ? static_cast<int>(limit_ms) : -1, write);
+        sent = rc == PGRAC_IC_OK;
         if (rc != PGRAC_IC_OK) {
             // Not queued: nothing to withdraw.
             ges_disarm(slot);
@@ -572,6 +589,15 @@ bool ges_lock(const ResourceName& r, LockMode mode, int timeout_ms) {
     PG_CATCH();
     {
         ges_abandon(slot, DenyReason::Cancelled);
+        if (GesHeld* held = ges_find_held(r); held != nullptr && down && sent) {
+            if (!held->cached) {
+                held->mode = mode;  // made at the master, whatever happens now
+                held->value_dirty = held->value_dirty && write == nullptr;
+            } else {
+                held->has_pending_down = true;  // made if the LMS took it to the master
+                held->pending_down = mode;
+            }
+        }
         if (GesHeld* held = ges_find_held(r)) settle_hold(held);
         PG_RE_THROW();
     }
@@ -579,13 +605,16 @@ bool ges_lock(const ResourceName& r, LockMode mode, int timeout_ms) {
     h = ges_find_held(r);
     if (h != nullptr) settle_hold(h);  // still cached, or the session's own now
     if (timed_out) return false;
+    // The answer's token and value: the LMS wrote them before it published
+    // the answer, and nothing writes them while the slot is armed for it.
+    const uint64_t token = load_acquire(&slot->token);
+    const LockValue value = slot->value;
     ges_disarm(slot);
     if ((word & 0xff) != kGesGranted) return denied(r, mode, word);
-    const uint64_t token = load_acquire(&slot->token);
-    const LockValue value = slot->value;  // written before the token
     if (h == nullptr && (token & (kCacheTokenRange - 1)) != 0) {
         // Served by the LMS from the node's cache: a use of the node's lock.
-        GesHeld held{r, mode, 1, fences0, shard0, token, true, 0, 0, value, false};
+        GesHeld held{r, mode, 1,     fences0, shard0, token,       true,
+                     0, 0,    value, false,   false,  LockMode::NL};
         attach_served_hold(&held);
         ges_add_held(held);
         ges_void_lost_locks();
@@ -599,7 +628,8 @@ bool ges_lock(const ResourceName& r, LockMode mode, int timeout_ms) {
         h->value = value;
         h->value_dirty = false;
     } else {
-        ges_add_held(GesHeld{r, mode, 1, fences0, shard0, token, false, 0, 0, value, false});
+        ges_add_held(GesHeld{r, mode, 1, fences0, shard0, token, false, 0, 0, value, false, false,
+                             LockMode::NL});
     }
     // Fenced while we waited: the grant is void like the rest.
     ges_void_lost_locks();

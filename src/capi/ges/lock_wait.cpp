@@ -70,7 +70,7 @@ void resend_if_lms_restarted() {
     g_pending.lms_starts = starts;
     (void)ges_send_client(rq.cached ? GesMsgType::Convert : GesMsgType::Request, &rq.resource,
                           route_key_for(rq.resource), rq.mode, rq.id, rq.flags, rq.timeout_ms,
-                          DenyReason::Cancelled, 1000);
+                          DenyReason::Cancelled, 1000, &rq.value);
 }
 
 }  // namespace
@@ -127,10 +127,23 @@ void ges_abandon(GesWaitSlot* slot, DenyReason why) {
     const uint64_t id = g_pending.rq.id;
     const ResourceName r = g_pending.rq.resource;
     const uint32_t rk = route_key_for(r);
+    // A down-conversion is never withdrawn (lock_client.cpp): the caller
+    // takes it as made, and a grant that won the race is kept.
+    const GesRequest& rq = g_pending.rq;
+    const bool down = rq.was_held && rq.mode != rq.prior && mode_at_most(rq.mode, rq.prior);
     uint64_t expected = ges_slot_word(id, kGesWaiting);
     HOLD_INTERRUPTS();
-    if (compare_exchange(&slot->word, &expected, uint64_t{0})) {
-        (void)ges_send_client(GesMsgType::Cancel, &r, rk, LockMode::NL, id, 0, 0, why, 1000);
+    // An LMS in the middle of delivering the answer finishes first.
+    while (!compare_exchange(&slot->word, &expected, uint64_t{0}) &&
+           (expected & 0xff) == kGesDelivering) {
+        pg_spin_delay();
+        expected = ges_slot_word(id, kGesWaiting);
+    }
+    if ((expected & 0xff) == kGesWaiting && (expected >> 32) == (id & 0xffffffffu)) {
+        if (!down || rq.cached)
+            (void)ges_send_client(GesMsgType::Cancel, &r, rk, LockMode::NL, id, 0, 0, why, 1000);
+    } else if ((expected & 0xff) == kGesGranted && down) {
+        // kept: made at the master
     } else if ((expected & 0xff) == kGesGranted) {
         const uint64_t token = load_acquire(&slot->token);
         if (!g_pending.rq.was_held && (token & (kCacheTokenRange - 1)) != 0)
@@ -152,6 +165,10 @@ void ges_wait_answer(GesWaitSlot* slot, int timeout_ms, int64_t limit_ms, uint64
     for (;;) {
         ResetLatch(MyLatch);
         *word = load_acquire(&slot->word);
+        while ((*word & 0xff) == kGesDelivering) {  // an LMS is writing the answer: a moment
+            pg_spin_delay();
+            *word = load_acquire(&slot->word);
+        }
         if ((*word & 0xff) != kGesWaiting) return;
         long wait_ms = 1000;
         if (limit_ms >= 0) {

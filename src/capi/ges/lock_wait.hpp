@@ -25,6 +25,7 @@ struct GesRequest {
     bool was_held;        // the session holds the resource in `prior` (a conversion)
     pgrac::ic::ges::LockMode prior;
     bool cached;  // a conversion of a lock taken from the node's cache (sent as Convert)
+    pgrac::ic::ges::LockValue value;  // the value block a PW/EX down-conversion writes
 };
 
 // This backend's slot, taken for this session (ERROR if pgrac_ic is not

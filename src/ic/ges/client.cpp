@@ -5,7 +5,8 @@
 namespace pgrac::ic::ges {
 
 bool ClientRegistry::on_request(Owner owner, const ResourceName& resource, LockMode mode,
-                                uint64_t request_id, uint8_t flags, int64_t now) {
+                                uint64_t request_id, uint8_t flags, int64_t now,
+                                const LockValue& value) {
     const Key key{resource, owner};
     auto it = locks_.find(key);
     if (it == locks_.end()) {
@@ -29,6 +30,9 @@ bool ClientRegistry::on_request(Owner owner, const ResourceName& resource, LockM
     e.request_id = request_id;
     e.flags = flags;
     e.since = now;
+    if (value.carries() && mode_writes_value(e.granted_mode) &&
+        !(e.granted_mode == LockMode::PW && mode == LockMode::EX))
+        e.value = value;
     return true;
 }
 

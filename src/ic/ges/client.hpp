@@ -26,8 +26,11 @@ class ClientRegistry {
   public:
     // A request (or conversion) was sent. False, and no change, if the owner
     // already has one pending on the resource (the master would deny it).
+    // A PW/EX holder's down-conversion that writes a value block records it at
+    // once (a replay in a new epoch then carries it: the new master grants
+    // the conversion, so the write takes effect).
     bool on_request(Owner owner, const ResourceName& resource, LockMode mode, uint64_t request_id,
-                    uint8_t flags, int64_t now);
+                    uint8_t flags, int64_t now, const LockValue& value = {});
     // Replies from the master. Ignored unless request_id is the pending one
     // (a late reply to a cancelled request must not resurrect it).
     // A grant also tells the resource's value block (kept for the replay).

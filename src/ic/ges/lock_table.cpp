@@ -65,6 +65,18 @@ LockValue LockTable::value_of(const ResourceName& resource) const {
     return it == resources_.end() ? LockValue{} : it->second.value;
 }
 
+// A replayed (or handed over) entry as a lock: its owner, state, ids, flags
+// and since; the caller sets the modes and queue order.
+LockTable::Lock LockTable::lock_from(const ReplayEntry& e) {
+    Lock l;
+    l.owner = e.owner;
+    l.state = e.state;
+    l.request_id = l.grant_id = e.request_id;
+    l.flags = e.flags;
+    l.since = e.since;
+    return l;
+}
+
 size_t LockTable::lock_count() const {
     size_t n = 0;
     for (const auto& [name, r] : resources_) n += r.holders.size() + r.waiters.size();
@@ -541,12 +553,7 @@ Events LockTable::ingest_replay(const std::vector<ReplayEntry>& entries, int64_t
         erase_if(r.convert, [o](Owner x) { return x == o; });
         erase_if(r.waiters, [o](const Lock& l) { return l.owner == o; });
 
-        Lock l;
-        l.owner = o;
-        l.state = e.state;
-        l.request_id = l.grant_id = e.request_id;
-        l.flags = e.flags;
-        l.since = e.since;
+        Lock l = lock_from(e);
         // Replayed requests go ahead of those that arrived during the replay.
         if (e.state == LockState::Waiting) {
             l.requested = e.requested_mode;
@@ -608,6 +615,72 @@ Events LockTable::end_replay(int64_t now) {
     for (const ResourceName& name : queued_names()) settle(name, ev);
     check_deadlocks(ev);
     return ev;
+}
+
+bool LockTable::export_resource(const ResourceName& name, ResourceState* out) {
+    if (frozen_) return false;
+    out->entries.clear();
+    auto it = resources_.find(name);
+    if (it == resources_.end()) {  // no lock: a new resource's state
+        out->value = LockValue::valid(nullptr, 0);
+        return true;
+    }
+    const Resource& r = it->second;
+    out->value = r.value;
+    auto entry = [&](const Lock& l, LockState state) {
+        ReplayEntry e;
+        e.owner = l.owner;
+        e.resource = name;
+        e.state = state;
+        e.granted_mode = state == LockState::Waiting ? LockMode::NL : l.granted;
+        e.requested_mode = state == LockState::Granted ? l.granted : l.requested;
+        e.request_id = state == LockState::Granted ? l.grant_id : l.request_id;
+        e.flags = state == LockState::Granted ? 0 : l.flags;
+        e.since = l.since;
+        out->entries.push_back(e);
+    };
+    for (const Lock& h : r.holders)
+        if (h.state == LockState::Granted) entry(h, LockState::Granted);
+    for (Owner o : r.convert)
+        for (const Lock& h : r.holders)
+            if (h.owner == o) entry(h, LockState::Converting);
+    for (const Lock& w : r.waiters) entry(w, LockState::Waiting);
+    resources_.erase(it);
+    return true;
+}
+
+bool LockTable::import_resource(const ResourceName& name, const ResourceState& st, int64_t now,
+                                Events* ev) {
+    if (resources_.count(name) != 0 || frozen_) return false;
+    now_ = now;
+    Resource& r = resources_[name];
+    r.value = st.value;
+    for (const ReplayEntry& e : st.entries) {
+        Lock l = lock_from(e);
+        if (e.state == LockState::Waiting) {
+            l.requested = e.requested_mode;
+            l.order = next_order_++;
+            r.waiters.push_back(l);
+            queued_.insert(name);
+            continue;
+        }
+        l.granted = e.granted_mode;
+        l.requested = e.state == LockState::Converting ? e.requested_mode : e.granted_mode;
+        if (e.state == LockState::Converting) {
+            l.order = next_order_++;
+            r.convert.push_back(l.owner);
+            queued_.insert(name);
+        }
+        r.holders.push_back(l);
+    }
+    settle(name, *ev);
+    if (options_.detect_deadlocks_on_wait) check_deadlocks(*ev);
+    return true;
+}
+
+size_t LockTable::locks_on(const ResourceName& name) const {
+    auto it = resources_.find(name);
+    return it == resources_.end() ? 0 : it->second.holders.size() + it->second.waiters.size();
 }
 
 size_t LockTable::drop_unmastered(const std::vector<uint16_t>& live) {

@@ -129,6 +129,23 @@ class LockTable {
     Events ingest_replay(const std::vector<ReplayEntry>& entries, int64_t now);
     Events end_replay(int64_t now);
     bool replaying() const { return frozen_; }
+    // Mastership that follows use (docs/ges.md): one resource's whole state
+    // out of this table (holders, converting ones last in convert-queue
+    // order, then waiters FIFO, as replay entries without tokens; its value),
+    // and into another node's. export_resource removes it (an unknown one is
+    // exported empty; false: a replay is running); import_resource serves the queues and
+    // sends BASTs as after any change (false, nothing done: the resource is
+    // here already). Deadlines and BAST marks are not carried: a requester's
+    // own limit cancels its request, and a holder may be told again.
+    struct ResourceState {
+        std::vector<ReplayEntry> entries;
+        LockValue value;
+    };
+    bool export_resource(const ResourceName& name, ResourceState* out);
+    bool import_resource(const ResourceName& name, const ResourceState& st, int64_t now,
+                         Events* ev);
+    size_t locks_on(const ResourceName& name) const;
+
     // Forgets resources that `live` no longer maps to self; returns how many.
     size_t drop_unmastered(const std::vector<uint16_t>& live);
 
@@ -204,6 +221,7 @@ class LockTable {
     void add_edges(const ResourceName& name, const Resource& r,
                    std::vector<WaitForEdge>* out) const;
 
+    static Lock lock_from(const ReplayEntry& e);
     static Lock* find_holder(Resource& r, Owner o);
     static Lock* find_waiter(Resource& r, Owner o);
     static bool compatible_with_holders(const Resource& r, LockMode m, Owner except);

@@ -98,6 +98,27 @@ GesWireError check_entry(const ReplayEntry& e) {
 GesWireError check_message(const GesMessage& m) {
     const auto t = static_cast<uint8_t>(m.type);
     if (t == 0 || t > kMaxGesMsgType) return GesWireError::BadType;
+    if (m.type == GesMsgType::HandOff) {
+        if (!resource_ok(m.resource)) return GesWireError::BadResource;
+        if (!value_ok(m.value)) return GesWireError::BadValue;
+        if (m.entries.size() > kMaxReplayEntries) return GesWireError::BadCount;
+        for (const ReplayEntry& e : m.entries) {
+            if (GesWireError err = check_entry(e); err != GesWireError::None) return err;
+            if (!(e.resource == m.resource)) return GesWireError::BadInner;
+        }
+        return GesWireError::None;
+    }
+    if (m.type == GesMsgType::HandOffAck || m.type == GesMsgType::Moved)
+        return resource_ok(m.resource) ? GesWireError::None : GesWireError::BadResource;
+    if (m.type == GesMsgType::Forwarded) {
+        if (!node_ok(m.origin)) return GesWireError::BadNode;
+        if (m.inner.empty() || m.inner.size() > kMaxForwardedInner) return GesWireError::BadInner;
+        GesMessage in;
+        if (decode_ges_message(m.inner.data(), m.inner.size(), &in) != GesWireError::None ||
+            !forwardable(in.type) || in.epoch != m.epoch)
+            return GesWireError::BadInner;
+        return GesWireError::None;
+    }
     if (m.type == GesMsgType::Replay) {
         if ((m.flags & ~kReplayLast) != 0) return GesWireError::BadFlags;
         if (m.entries.size() > kMaxReplayEntries) return GesWireError::BadCount;
@@ -160,6 +181,20 @@ GesWireError check_message(const GesMessage& m) {
     if (!resource_ok(m.resource)) return GesWireError::BadResource;
     if (!value_ok(m.value)) return GesWireError::BadValue;
     return GesWireError::None;
+}
+
+// The replay entry encoding (Replay, HandOff).
+void put_entry(Writer& w, const ReplayEntry& e) {
+    put_owner(w, e.owner);
+    w.le<uint64_t>(e.request_id);
+    w.le<uint64_t>(static_cast<uint64_t>(e.since));
+    w.le<uint8_t>(static_cast<uint8_t>(e.state));
+    w.le<uint8_t>(static_cast<uint8_t>(e.granted_mode));
+    w.le<uint8_t>(static_cast<uint8_t>(e.requested_mode));
+    w.le<uint8_t>(e.flags);
+    w.le<uint64_t>(e.token);
+    put_resource(w, e.resource);
+    put_value(w, e.value);
 }
 
 bool carries_value(GesMsgType t) {
@@ -241,6 +276,28 @@ Owner read_owner(Reader& r) {
     return o;
 }
 
+// One replay entry, checked as it is read, so a bad entry fails before the
+// rest is parsed.
+bool read_entry(Reader& r, ReplayEntry* out, GesWireError* err) {
+    ReplayEntry e;
+    e.owner = read_owner(r);
+    e.request_id = r.le<uint64_t>();
+    e.since = static_cast<int64_t>(r.le<uint64_t>());
+    e.state = static_cast<LockState>(r.le<uint8_t>());
+    e.granted_mode = static_cast<LockMode>(r.le<uint8_t>());
+    e.requested_mode = static_cast<LockMode>(r.le<uint8_t>());
+    e.flags = r.le<uint8_t>();
+    e.token = r.le<uint64_t>();
+    if (!read_resource(r, &e.resource, err)) return false;
+    if (!read_value(r, &e.value, err)) return false;
+    if (GesWireError ee = check_entry(e); ee != GesWireError::None) {
+        *err = ee;
+        return false;
+    }
+    *out = e;
+    return true;
+}
+
 }  // namespace
 
 const char* ges_msg_type_name(GesMsgType t) {
@@ -275,6 +332,14 @@ const char* ges_msg_type_name(GesMsgType t) {
             return "transfer";
         case GesMsgType::CacheNotify:
             return "cache_notify";
+        case GesMsgType::HandOff:
+            return "hand_off";
+        case GesMsgType::HandOffAck:
+            return "hand_off_ack";
+        case GesMsgType::Forwarded:
+            return "forwarded";
+        case GesMsgType::Moved:
+            return "moved";
     }
     return "unknown";
 }
@@ -317,6 +382,8 @@ const char* ges_wire_error_name(GesWireError e) {
             return "bad_round";
         case GesWireError::BadValue:
             return "bad_value";
+        case GesWireError::BadInner:
+            return "bad_inner";
     }
     return "unknown";
 }
@@ -361,6 +428,14 @@ bool operator==(const GesMessage& a, const GesMessage& b) {
         case GesMsgType::ReplayDone:
             return a.worker == b.worker && a.n_workers == b.n_workers && a.replayed == b.replayed &&
                    a.witnesses == b.witnesses;
+        case GesMsgType::HandOff:
+            return a.resource == b.resource && a.value == b.value && a.grant_seq == b.grant_seq &&
+                   a.entries == b.entries;
+        case GesMsgType::HandOffAck:
+        case GesMsgType::Moved:
+            return a.resource == b.resource;
+        case GesMsgType::Forwarded:
+            return a.origin == b.origin && a.inner == b.inner;
     }
     return false;
 }
@@ -421,18 +496,23 @@ GesWireError encode_ges_message(const GesMessage& m, std::vector<uint8_t>* out) 
             w.le<uint8_t>(m.flags);
             w.le<uint8_t>(0);
             w.le<uint16_t>(static_cast<uint16_t>(m.entries.size()));
-            for (const ReplayEntry& e : m.entries) {
-                put_owner(w, e.owner);
-                w.le<uint64_t>(e.request_id);
-                w.le<uint64_t>(static_cast<uint64_t>(e.since));
-                w.le<uint8_t>(static_cast<uint8_t>(e.state));
-                w.le<uint8_t>(static_cast<uint8_t>(e.granted_mode));
-                w.le<uint8_t>(static_cast<uint8_t>(e.requested_mode));
-                w.le<uint8_t>(e.flags);
-                w.le<uint64_t>(e.token);
-                put_resource(w, e.resource);
-                put_value(w, e.value);
-            }
+            for (const ReplayEntry& e : m.entries) put_entry(w, e);
+            break;
+        case GesMsgType::HandOff:
+            put_resource(w, m.resource);
+            put_value(w, m.value);
+            w.le<uint32_t>(m.grant_seq);
+            w.le<uint16_t>(static_cast<uint16_t>(m.entries.size()));
+            for (const ReplayEntry& e : m.entries) put_entry(w, e);
+            break;
+        case GesMsgType::HandOffAck:
+        case GesMsgType::Moved:
+            put_resource(w, m.resource);
+            break;
+        case GesMsgType::Forwarded:
+            w.le<uint16_t>(m.origin);
+            w.le<uint16_t>(static_cast<uint16_t>(m.inner.size()));
+            w.bytes(m.inner.data(), m.inner.size());
             break;
         case GesMsgType::WaitHint:
             w.le<uint16_t>(m.worker);
@@ -540,20 +620,36 @@ GesWireError decode_ges_message(const uint8_t* in, size_t len, GesMessage* out) 
             if (count > kMaxReplayEntries) return GesWireError::BadCount;
             for (uint16_t i = 0; i < count; ++i) {
                 ReplayEntry e;
-                e.owner = read_owner(r);
-                e.request_id = r.le<uint64_t>();
-                e.since = static_cast<int64_t>(r.le<uint64_t>());
-                e.state = static_cast<LockState>(r.le<uint8_t>());
-                e.granted_mode = static_cast<LockMode>(r.le<uint8_t>());
-                e.requested_mode = static_cast<LockMode>(r.le<uint8_t>());
-                e.flags = r.le<uint8_t>();
-                e.token = r.le<uint64_t>();
-                if (!read_resource(r, &e.resource, &err)) return err;
-                if (!read_value(r, &e.value, &err)) return err;
-                // Checked as it is read, so a bad entry fails before the rest is parsed.
-                if (GesWireError ee = check_entry(e); ee != GesWireError::None) return ee;
+                if (!read_entry(r, &e, &err)) return err;
                 m.entries.push_back(e);
             }
+            break;
+        }
+        case GesMsgType::HandOff: {
+            if (!read_resource(r, &m.resource, &err)) return err;
+            if (!read_value(r, &m.value, &err)) return err;
+            m.grant_seq = r.le<uint32_t>();
+            const uint16_t count = r.le<uint16_t>();
+            if (!r.ok()) return GesWireError::Truncated;
+            if (count > kMaxReplayEntries) return GesWireError::BadCount;
+            for (uint16_t i = 0; i < count; ++i) {
+                ReplayEntry e;
+                if (!read_entry(r, &e, &err)) return err;
+                m.entries.push_back(e);
+            }
+            break;
+        }
+        case GesMsgType::HandOffAck:
+        case GesMsgType::Moved:
+            if (!read_resource(r, &m.resource, &err)) return err;
+            break;
+        case GesMsgType::Forwarded: {
+            m.origin = r.le<uint16_t>();
+            const uint16_t n = r.le<uint16_t>();
+            if (!r.ok()) return GesWireError::Truncated;
+            const uint8_t* b = r.bytes(n);
+            if (b == nullptr) return GesWireError::Truncated;
+            m.inner.assign(b, b + n);
             break;
         }
         case GesMsgType::WaitHint:
@@ -600,6 +696,11 @@ GesWireError decode_ges_message(const uint8_t* in, size_t len, GesMessage* out) 
     if (GesWireError e = check_message(m); e != GesWireError::None) return e;
     *out = std::move(m);
     return GesWireError::None;
+}
+
+bool forwardable(GesMsgType t) {
+    return t == GesMsgType::Request || t == GesMsgType::Convert || t == GesMsgType::Release ||
+           t == GesMsgType::Cancel || t == GesMsgType::Transfer;
 }
 
 std::vector<std::vector<uint8_t>> encode_replay_messages(const std::vector<ReplayEntry>& entries,

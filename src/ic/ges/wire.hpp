@@ -38,6 +38,14 @@
 //                     backend's lock becomes the node's cached lock, proc 0, or back)
 //   CacheNotify       owner, resource (a backend -> its LMS: the local users of the cached lock
 //                     changed while a BAST or a local conversion waits)
+//   HandOff           resource, value, u32 grant_seq, u16 count (<= 450), count replay
+//                     entries, each of the resource (mastership that follows use: the home
+//                     master -> the new one, the resource's whole table and its token floor)
+//   HandOffAck        resource (the new master -> the home master: installed)
+//   Forwarded         u16 origin (1..64), u16 len, len bytes: a Request, Convert, Release,
+//                     Cancel or Transfer that origin sent the home master, of the same epoch
+//   Moved             resource (the new master -> a client node, before its first reply
+//                     there: send the resource's messages here in this epoch)
 //   Edges             u64 round (nonzero), u16 worker, u8 flags (bit 0: last part, bit 1:
 //                     incomplete), u8 reserved (0), u16 count (<= 600), count entries:
 //                     waiter owner, holder owner, u16 master, u64 request_id, i64 since,
@@ -81,8 +89,14 @@ enum class GesMsgType : uint8_t {
     Transfer = 14,
     // A backend -> its LMS: a cached lock's local users changed (client only).
     CacheNotify = 15,
+    // Mastership that follows use (docs/ges.md): within an epoch a resource's
+    // home master (master_for) hands its table to the node that uses it most.
+    HandOff = 16,     // home -> new master: the resource's locks
+    HandOffAck = 17,  // new master -> home: installed
+    Forwarded = 18,   // home -> new master: a message of another node about the resource
+    Moved = 19,       // new master -> a client node: the resource is mastered here now
 };
-inline constexpr uint8_t kMaxGesMsgType = 15;
+inline constexpr uint8_t kMaxGesMsgType = 19;
 const char* ges_msg_type_name(GesMsgType t);
 
 enum ReplayFlag : uint8_t { kReplayLast = 0x01 };
@@ -96,6 +110,8 @@ inline constexpr uint8_t kKnownEdgesFlags = 0x03;
 // in one PGRAC_IC_MAX_MESSAGE (64 KiB) body with room to spare.
 inline constexpr uint16_t kMaxReplayEntries = 450;
 inline constexpr size_t kMaxGesMessage = 65536;
+// A Forwarded message's inner one (a Request is at most 128 bytes).
+inline constexpr size_t kMaxForwardedInner = 512;
 // Largest encoded edge is 104 bytes: 600 of them and the 22-byte head fit.
 inline constexpr uint16_t kMaxEdgeEntries = 600;
 // LMS worker indexes on the wire (WaitHint, Edges, ReplayDone) are below this,
@@ -111,10 +127,13 @@ struct GesMessage {
     ResourceName resource;
     LockMode mode = LockMode::NL;
     uint64_t request_id = 0;
-    uint8_t flags = 0;        // Request/Convert: RequestFlag; Replay: ReplayFlag
-    uint32_t timeout_ms = 0;  // Request/Convert: the requester's wait limit, 0 = none
-    uint32_t to_proc = 0;     // Transfer: the new holder (owner.node's)
-    LockValue value;          // Request/Convert/Release/Transfer/Grant: the value block
+    uint8_t flags = 0;           // Request/Convert: RequestFlag; Replay: ReplayFlag
+    uint32_t timeout_ms = 0;     // Request/Convert: the requester's wait limit, 0 = none
+    uint32_t to_proc = 0;        // Transfer: the new holder (owner.node's)
+    LockValue value;             // Request/Convert/Release/Transfer/Grant/HandOff: the value block
+    uint32_t grant_seq = 0;      // HandOff: the home worker's grant count (the new one's floor)
+    uint16_t origin = 0;         // Forwarded: the node that sent the inner message
+    std::vector<uint8_t> inner;  // Forwarded: the inner message, encoded
     DenyReason reason = DenyReason::Cancelled;  // Cancel, Deny
     std::vector<ReplayEntry> entries;           // Replay
     uint64_t round = 0;                         // EdgesRequest, Edges: the search round
@@ -148,6 +167,8 @@ enum class GesWireError : uint8_t {
     BadWorker,    // LMS worker index out of range
     BadRound,     // zero round, or zero min_wait_ms
     BadValue,     // value state unknown, length above kMaxLockValue, or one where none may be
+    BadInner,     // a Forwarded message's inner one does not decode, is of a type that is not
+                  // forwarded, or of another epoch; a HandOff entry of another resource
 };
 const char* ges_wire_error_name(GesWireError e);
 
@@ -160,6 +181,9 @@ GesWireError decode_ges_message(const uint8_t* in, size_t len, GesMessage* out);
 // kMaxReplayEntries entries; the last carries kReplayLast (an empty replay is
 // one message with count 0, so the master still hears "done"). Entries that
 // would not decode are left out.
+// Whether a message of this type may travel inside a Forwarded one.
+bool forwardable(GesMsgType t);
+
 std::vector<std::vector<uint8_t>> encode_replay_messages(const std::vector<ReplayEntry>& entries,
                                                          uint32_t epoch = 0);
 

@@ -64,6 +64,7 @@ void Worker::start_after_restart(int64_t now) {
     if (mirror_.overflowed()) {
         shard_fences_seen_ = host_.bump_shard_fences(index_);
         mirror_.clear();
+        clear_cache();  // its entries are void with the shard's locks
         got =
             "its registry copy had overflowed: this node's global locks in its shard are "
             "void";
@@ -277,6 +278,7 @@ void Worker::stop_serving() {
     count_value_invalidations();
     table_ = LockTable(self_, table_options());
     invalidations_seen_ = 0;
+    clear_remastering();
     tokens_.clear();
     cancelling_.clear();
     orphans_.clear();
@@ -299,7 +301,10 @@ void Worker::start_epoch(const View& v, int64_t now) {
         live_.push_back(n);
         if ((epoch_witnesses_ & node_bit(n)) == 0) masters_.push_back(n);
     }
+    count_value_invalidations();
     table_ = LockTable(self_, table_options());
+    invalidations_seen_ = 0;
+    clear_remastering();  // every table is rebuilt at the home masters
     tokens_.clear();
     table_.begin_replay();
     replaying_ = true;
@@ -621,6 +626,7 @@ void Worker::tick(int64_t now) {
     reap_dead_owners(now);
     cache_tick(now);
     if (epoch_ != 0) deadlock_tick(now);
+    remaster_tick();
     count_value_invalidations();
 }
 
@@ -880,6 +886,11 @@ void Worker::on_client(const GesMessage& m, int64_t now) {
             if (!e || e->state == LockState::Granted ||
                 (m.request_id != 0 && e->request_id != m.request_id))
                 return;  // already answered: the backend handles the outcome
+            // A down-conversion is granted at once and its backend takes it
+            // as made: it is never withdrawn.
+            if (e->state == LockState::Converting &&
+                mode_at_most(e->requested_mode, e->granted_mode))
+                return;
             const LockMode prior =
                 e->state == LockState::Converting ? e->granted_mode : LockMode::NL;
             registry_.on_denied(m.owner, m.resource, e->request_id);
@@ -907,6 +918,21 @@ void Worker::on_master(uint16_t src, const GesMessage& m, int64_t now) {
     // The master acts on the authenticated source, not on the body: an
     // owner is always a backend of the node that sends for it (a deadlock
     // victim's cancel comes from the search's coordinator).
+    switch (m.type) {  // mastership that follows use: between the home and the new master
+        case GesMsgType::HandOff:
+            on_hand_off(src, m, now);
+            return;
+        case GesMsgType::HandOffAck: {
+            auto h = handed_off_.find(m.resource);
+            if (h != handed_off_.end() && h->second == src) unacked_.erase(m.resource);
+            return;
+        }
+        case GesMsgType::Forwarded:
+            on_forwarded(src, m, now);
+            return;
+        default:
+            break;
+    }
     const bool coordinator_cancel =
         m.type == GesMsgType::Cancel && m.reason == DenyReason::Deadlock;
     const bool replay = m.type == GesMsgType::Replay || m.type == GesMsgType::ReplayDone;
@@ -914,9 +940,21 @@ void Worker::on_master(uint16_t src, const GesMessage& m, int64_t now) {
         refuse_source(src, m, "it names an owner of another node");
         return;
     }
-    if (!replay && m.type != GesMsgType::ReleaseAll && master_for(m.resource, masters_) != self_) {
-        refuse_source(src, m, "this node is not the resource's master in this epoch");
-        return;
+    if (!replay && m.type != GesMsgType::ReleaseAll && !hosted(m.resource)) {
+        if (master_for(m.resource, masters_) != self_) {
+            refuse_source(src, m, "this node is not the resource's master in this epoch");
+            return;
+        }
+        // The home master: it may hand the resource over, and forwards
+        // whatever still comes for one it handed over.
+        if ((m.type == GesMsgType::Request || m.type == GesMsgType::Convert) &&
+            handed_off_.count(m.resource) == 0)
+            note_use(m.resource, src, now);
+        auto h = handed_off_.find(m.resource);
+        if (h != handed_off_.end()) {
+            if (forwardable(m.type)) forward(src, h->second, m);
+            return;
+        }
     }
     Events ev;
     switch (m.type) {
@@ -1015,8 +1053,20 @@ void Worker::report_replay_conflict(uint16_t src, const GesMessage& m) {
 
 void Worker::on_reply(uint16_t src, const GesMessage& m, int64_t now) {
     if (!epoch_ok(src, m, true, now)) return;
-    // Replies only from the node that masters the resource in this epoch.
-    if (src != master_for(m.resource, masters_) || m.owner.node != self_) {
+    const uint16_t home = master_for(m.resource, masters_);
+    if (m.type == GesMsgType::Moved) {
+        // The resource's home handed it to src, which answers us from now on.
+        if (src == home || src == self_ ||
+            !std::binary_search(masters_.begin(), masters_.end(), src)) {
+            refuse_source(src, m, "it cannot have been handed this resource");
+            return;
+        }
+        moved_[m.resource] = src;
+        return;
+    }
+    // Replies only from the node that masters the resource in this epoch:
+    // its home, or the node its home handed it to (which said so first).
+    if ((src != home && src != master_of(m.resource)) || m.owner.node != self_) {
         refuse_source(src, m, "it is not the resource's master in this epoch");
         return;
     }
@@ -1059,9 +1109,12 @@ void Worker::on_reply(uint16_t src, const GesMessage& m, int64_t now) {
             cache_granted(m.resource, m.mode, m.token, m.value, now);
             return;
         }
-        // (The LMS's own requests, to undo or give back, have no waiter.)
+        // (The LMS's own requests, to undo or give back, have no waiter.) A
+        // down-conversion nobody waits for any more is kept: its backend took
+        // it as made when it stopped waiting (lock_client.cpp).
         if (!(m.request_id & kInternalRequestId) &&
-            !host_.deliver_grant(m.owner.proc, m.request_id, m.token, m.value))
+            !host_.deliver_grant(m.owner.proc, m.request_id, m.token, m.value) &&
+            !(prior != LockMode::NL && mode_at_most(m.mode, prior)))
             give_back(m.owner, m.resource, prior, now);
     } else if (m.type == GesMsgType::Deny) {
         if (cancelled) return;
@@ -1128,7 +1181,7 @@ void Worker::to_master(const GesMessage& msg, int64_t now) {
     if (epoch_ == 0) return;
     GesMessage m = msg;
     m.epoch = epoch_;
-    const uint16_t master = master_for(m.resource, masters_);
+    const uint16_t master = master_of(m.resource);
     if (master == self_) {
         on_master(self_, m, now);
         return;
@@ -1162,6 +1215,17 @@ void Worker::dispatch(const Events& ev, int64_t now) {
         if (e.owner.node == self_) {
             on_reply(self_, r, now);
             continue;
+        }
+        if (hosted(e.resource) && told_[e.resource].insert(e.owner.node).second) {
+            // Before the first answer there (same lane, so it arrives first).
+            GesMessage mv;
+            mv.type = GesMsgType::Moved;
+            mv.epoch = epoch_;
+            mv.resource = e.resource;
+            std::vector<uint8_t> mb;
+            if (encode_ges_message(mv, &mb) == GesWireError::None)
+                host_.send(e.owner.node, GesChannel::Reply, route_key_for(e.resource),
+                           std::move(mb));
         }
         std::vector<uint8_t> body;
         if (encode_ges_message(r, &body) == GesWireError::None)
@@ -1257,8 +1321,14 @@ void Worker::cache_granted(const ResourceName& r, LockMode mode, uint64_t token,
         const uint32_t part = c->partition_of(r, index_);
         host_.lock_cache_partition(part);
         CacheEntry* x = c->find(part, r);
+        if (x != nullptr && (x->fences != fences_seen_ || x->shard_fences != shard_fences_seen_)) {
+            c->erase(part, x);  // void (its users' holds are too): made again below
+            x = nullptr;
+        }
         if (x != nullptr) {
-            kept = true;  // (cannot happen: an entry lives only while the node owner holds r)
+            // The node owner granted again while its entry lives (a replay):
+            // the entry, and what its users wrote in it, stay.
+            kept = true;
         } else {
             x = c->insert(part, r);
             if (x == nullptr) {
@@ -1524,7 +1594,7 @@ bool Worker::convert_cached_now(const GesMessage& m, int64_t now) {
     // ... and its conversion goes to the master like any (FIFO after the Transfer).
     GesMessage rq = m;
     rq.type = GesMsgType::Request;
-    if (!registry_.on_request(m.owner, m.resource, m.mode, m.request_id, rq.flags, now)) {
+    if (!registry_.on_request(m.owner, m.resource, m.mode, m.request_id, rq.flags, now, m.value)) {
         host_.deliver_denial(m.owner.proc, m.request_id, DenyReason::AlreadyPending);
         return true;
     }
@@ -1563,7 +1633,7 @@ void Worker::cache_tick(int64_t now) {
 // A backend's request that goes to the master as its own lock.
 void Worker::direct_request(const GesMessage& m, int64_t now) {
     const Key k{m.resource, m.owner};
-    if (!registry_.on_request(m.owner, m.resource, m.mode, m.request_id, m.flags, now)) {
+    if (!registry_.on_request(m.owner, m.resource, m.mode, m.request_id, m.flags, now, m.value)) {
         host_.deliver_denial(m.owner.proc, m.request_id, DenyReason::AlreadyPending);
         return;
     }
@@ -1646,6 +1716,193 @@ bool Worker::cancel_after_transfer(const GesMessage& m) {
         }
     }
     return false;
+}
+
+// ---- mastership that follows use (docs/ges.md, "Mastership that follows use")
+//
+// Within an epoch a resource's home master (master_for) may hand its whole
+// table to the node that sends most of its requests: it exports the
+// resource (its locks, queues, value, tokens and its grant count as a floor
+// for the new master's tokens) in one HandOff and from then on forwards
+// whatever still comes for it, on the same lane, so after the HandOff. The new
+// master tells each node, before its first answer there, that it masters
+// the resource now (Moved); that node then sends it the resource's messages
+// itself. A hand-off not acknowledged within two peer timeouts (a lost
+// HandOff: the locks would be nowhere) asks for a new epoch, which rebuilds
+// every table from the nodes' registries at the home masters, as every epoch
+// does: mastership that followed use never outlives its epoch.
+
+uint16_t Worker::master_of(const ResourceName& r) const {
+    if (hosted(r)) return self_;
+    auto h = handed_off_.find(r);
+    if (h != handed_off_.end()) return h->second;
+    auto m = moved_.find(r);
+    if (m != moved_.end()) return m->second;
+    return master_for(r, masters_);
+}
+
+// A request for r from src at r's home: after remaster_window() of them,
+// the resource goes to the node that sent at least 40 % of them if this node
+// sent under 20 %.
+void Worker::note_use(const ResourceName& r, uint16_t src, int64_t now) {
+    const uint32_t window = host_.remaster_window();
+    if (window == 0 || replaying_) return;
+    if (use_.size() > 65536) use_.clear();  // bounded: a window starts again
+    Use& u = use_[r];
+    u.total++;
+    if (src == self_) {
+        u.local++;
+    } else {
+        for (int k = 0; k < 4; ++k) {
+            if (u.node[k] == src || u.node[k] == 0) {
+                u.node[k] = src;
+                u.count[k]++;
+                break;
+            }
+        }
+    }
+    if (u.total < window) return;
+    const Use seen = u;
+    use_.erase(r);
+    int top = 0;
+    for (int k = 1; k < 4; ++k)
+        if (seen.count[k] > seen.count[top]) top = k;
+    const uint16_t to = seen.node[top];
+    if (to == 0 || seen.count[top] * 5 < seen.total * 2 || seen.local * 5 >= seen.total ||
+        !std::binary_search(masters_.begin(), masters_.end(), to))
+        return;
+    hand_off(r, to, now);
+}
+
+void Worker::hand_off(const ResourceName& r, uint16_t to, int64_t now) {
+    (void)now;
+    LockTable::ResourceState st;
+    if (table_.locks_on(r) > kMaxReplayEntries || !table_.export_resource(r, &st)) return;
+    GesMessage h;
+    h.type = GesMsgType::HandOff;
+    h.epoch = epoch_;
+    h.resource = r;
+    h.value = st.value;
+    h.grant_seq = grant_epoch_ == epoch_ ? grant_seq_ : 0;
+    for (ReplayEntry e : st.entries) {
+        auto t = tokens_.find(Key{r, e.owner});
+        if (e.state != LockState::Waiting && t != tokens_.end()) e.token = t->second;
+        h.entries.push_back(e);
+    }
+    std::vector<uint8_t> body;
+    if (encode_ges_message(h, &body) != GesWireError::None) {
+        Events ev;  // cannot happen (the table's entries encode): keep it here
+        table_.import_resource(r, st, now, &ev);
+        dispatch(ev, now);
+        return;
+    }
+    for (auto t = tokens_.lower_bound(Key{r, Owner{0, 0}});
+         t != tokens_.end() && t->first.resource == r;)
+        t = tokens_.erase(t);
+    handed_off_[r] = to;
+    unacked_[r] = host_.lease_clock_ms() +
+                  2 * static_cast<uint64_t>(std::max<int64_t>(1, host_.peer_timeout_ms()));
+    host_.send(to, GesChannel::Master, route_key_for(r), std::move(body));
+    host_.count(WorkerCounter::Remasters);
+    log(WorkerLogLevel::Debug, "GES (LMS " + std::to_string(index_) + "): \"" + r.to_string() +
+                                   "\" handed to node " + std::to_string(to) + " with " +
+                                   std::to_string(st.entries.size()) + " locks");
+}
+
+void Worker::on_hand_off(uint16_t src, const GesMessage& m, int64_t now) {
+    const uint32_t n_lms = std::max<uint32_t>(1, host_.n_lms());
+    if (src == self_ || src != master_for(m.resource, masters_) ||
+        worker_for(m.resource, n_lms) != index_ || hosted(m.resource) || replaying_) {
+        refuse_source(src, m, "it is not the resource's home master, or the resource is here");
+        return;
+    }
+    LockTable::ResourceState st;
+    st.entries = m.entries;
+    st.value = m.value;
+    Events ev;
+    if (!table_.import_resource(m.resource, st, now, &ev)) {
+        // Two tables for one resource: let a new epoch rebuild it.
+        log(WorkerLogLevel::Warning, "GES (LMS " + std::to_string(index_) + "): \"" +
+                                         m.resource.to_string() + "\" handed here by node " +
+                                         std::to_string(src) +
+                                         " is in this table already; asking for a new epoch");
+        host_.request_new_epoch();
+        return;
+    }
+    hosted_.insert(m.resource);
+    for (const ReplayEntry& e : m.entries)
+        if (e.state != LockState::Waiting && e.token != 0)
+            tokens_[Key{m.resource, e.owner}] = e.token;
+    // Tokens must keep growing: this worker's next grants count on from the home's.
+    if (grant_epoch_ != epoch_) {
+        grant_epoch_ = epoch_;
+        grant_seq_ = 0;
+    }
+    grant_seq_ = std::max(grant_seq_, m.grant_seq);
+    GesMessage ack;
+    ack.type = GesMsgType::HandOffAck;
+    ack.epoch = epoch_;
+    ack.resource = m.resource;
+    std::vector<uint8_t> body;
+    if (encode_ges_message(ack, &body) == GesWireError::None)
+        host_.send(src, GesChannel::Master, route_key_for(m.resource), std::move(body));
+    dispatch(ev, now);
+}
+
+// The home forwards a message of node `src` for a resource it handed to `to`.
+void Worker::forward(uint16_t src, uint16_t to, const GesMessage& m) {
+    GesMessage f;
+    f.type = GesMsgType::Forwarded;
+    f.epoch = m.epoch;
+    f.origin = src;
+    if (encode_ges_message(m, &f.inner) != GesWireError::None) return;
+    std::vector<uint8_t> body;
+    if (encode_ges_message(f, &body) == GesWireError::None)
+        host_.send(to, GesChannel::Master, route_key_for(m.resource), std::move(body));
+}
+
+void Worker::on_forwarded(uint16_t src, const GesMessage& m, int64_t now) {
+    GesMessage in;
+    if (decode_ges_message(m.inner.data(), m.inner.size(), &in) != GesWireError::None) return;
+    if (src != master_for(in.resource, masters_) || !hosted(in.resource)) {
+        // Not (or no longer) mastered here: dropped. The sender's registry
+        // still has it, and the home asks for a new epoch (which replays it)
+        // if its hand-off went unacknowledged.
+        log(WorkerLogLevel::Debug, std::string("GES: forwarded ") + ges_msg_type_name(in.type) +
+                                       " for \"" + in.resource.to_string() + "\" from node " +
+                                       std::to_string(src) + " dropped: not mastered here");
+        return;
+    }
+    on_master(m.origin, in, now);
+}
+
+void Worker::remaster_tick() {
+    if (unacked_.empty()) return;
+    const uint64_t now_ms = host_.lease_clock_ms();
+    bool overdue = false;
+    for (auto it = unacked_.begin(); it != unacked_.end();) {
+        if (now_ms < it->second) {
+            ++it;
+            continue;
+        }
+        overdue = true;
+        host_.count(WorkerCounter::RemasterTimeouts);
+        log(WorkerLogLevel::Warning, "GES (LMS " + std::to_string(index_) +
+                                         "): the hand-off of \"" + it->first.to_string() +
+                                         "\" to node " + std::to_string(handed_off_[it->first]) +
+                                         " was not acknowledged; asking for a new epoch");
+        it = unacked_.erase(it);
+    }
+    if (overdue) host_.request_new_epoch();
+}
+
+void Worker::clear_remastering() {
+    use_.clear();
+    handed_off_.clear();
+    unacked_.clear();
+    hosted_.clear();
+    told_.clear();
+    moved_.clear();
 }
 
 // The node was fenced or this worker restarted: every entry of its

@@ -26,6 +26,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "ic/base/error_log.hpp"
@@ -80,6 +81,10 @@ enum class WorkerCounter : uint8_t {
     // Lock value blocks made invalid at this node's masters (docs/ges.md,
     // "Lock value blocks"): a PW/EX holder gone, a rebuild that could not tell.
     ValueInvalidations,
+    // Mastership that follows use: resources this node's masters handed to
+    // the node that used them most, and hand-offs not acknowledged in time.
+    Remasters,
+    RemasterTimeouts,
 };
 
 class WorkerHost {
@@ -131,6 +136,9 @@ class WorkerHost {
     virtual uint32_t n_lms() = 0;               // cluster.lms_workers of this node (>= 1)
     virtual int64_t peer_timeout_ms() = 0;      // cluster.peer_timeout
     virtual int64_t deadlock_timeout_ms() = 0;  // cluster.ges_deadlock_timeout
+    // cluster.ges_remaster_after: a resource's home master looks at who used it
+    // after this many requests, and may hand it over (0: never).
+    virtual uint32_t remaster_window() { return 0; }
 
     // ---- the backends' wait slots (src/instance/ges_shmem.hpp)
     // Completes backend proc's slot if it still waits for request_id (with the
@@ -245,6 +253,16 @@ class Worker {
     void report_replay_conflict(uint16_t src, const GesMessage& m);
     void on_reply(uint16_t src, const GesMessage& m, int64_t now);
     void on_deadlock(uint16_t src, const GesMessage& m, int64_t now);
+    // Mastership that follows use (docs/ges.md, "Mastership that follows use").
+    uint16_t master_of(const ResourceName& r) const;
+    bool hosted(const ResourceName& r) const { return hosted_.count(r) != 0; }
+    void note_use(const ResourceName& r, uint16_t src, int64_t now);
+    void hand_off(const ResourceName& r, uint16_t to, int64_t now);
+    void on_hand_off(uint16_t src, const GesMessage& m, int64_t now);
+    void forward(uint16_t src, uint16_t to, const GesMessage& m);
+    void on_forwarded(uint16_t src, const GesMessage& m, int64_t now);
+    void remaster_tick();
+    void clear_remastering();
 
     template <typename Map>
     static void erase_owner(Map* m, Owner o) {
@@ -324,9 +342,23 @@ class Worker {
     int64_t last_reap_ = 0;
     uint64_t next_internal_id_ = 1;
     uint64_t bast_count_ = 0;
-    uint64_t invalidations_seen_ = 0;              // table_.value_invalidations() already counted
-    std::set<Key> basted_;                         // direct holders told of a BAST (not cached)
-    std::set<ResourceName> cache_basts_;           // cached locks a BAST asks back
+    uint64_t invalidations_seen_ = 0;  // table_.value_invalidations() already counted
+    // Mastership that follows use, in this epoch only (a new epoch rebuilds
+    // every table at the home masters).
+    struct Use {
+        uint32_t total = 0;
+        uint32_t local = 0;
+        uint16_t node[4] = {0, 0, 0, 0};   // the remote nodes seen first ...
+        uint32_t count[4] = {0, 0, 0, 0};  // ... and their requests
+    };
+    std::unordered_map<ResourceName, Use, ResourceNameHash> use_;  // home: requests by node
+    std::map<ResourceName, uint16_t> handed_off_;      // home: resource -> its master now
+    std::map<ResourceName, uint64_t> unacked_;         // home: hand-off -> deadline (lease clock)
+    std::set<ResourceName> hosted_;                    // masters here, handed by its home
+    std::map<ResourceName, std::set<uint16_t>> told_;  // hosted: nodes sent Moved
+    std::map<ResourceName, uint16_t> moved_;           // client: resource -> its master now
+    std::set<Key> basted_;                             // direct holders told of a BAST (not cached)
+    std::set<ResourceName> cache_basts_;               // cached locks a BAST asks back
     std::set<ResourceName> pending_basts_;         // BASTs that came before the Transfer's grant
     std::map<Key, CachedConversion> conversions_;  // conversions of cached locks waiting locally
     std::vector<AfterTransfer> after_transfer_;    // requests waiting for a Transfer's grant

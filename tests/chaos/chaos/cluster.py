@@ -32,6 +32,9 @@ log_line_prefix = '%m [%p] %b '
 shared_preload_libraries = 'pgrac_ic'
 cluster.rpc_timeout = 5s
 cluster.lms_workers = 2
+# Mastership that follows use, as often as it can happen: a resource's home
+# looks at every 4 requests and hands it over whenever one node sent 2.
+cluster.ges_remaster_after = 4
 """
 
 VERBS_TIERS = ("tier1", "tier2")

@@ -186,6 +186,7 @@ def run(args):
 
         tier_bad = tier_problems(cluster, "at the end")
         timing_end = faults.restore_timing(cluster)
+        remasters = ges_remasters(cluster)
         available, hist, herr = history.collect(cluster)
         for e in herr:
             log("membership history not read: " + e)
@@ -202,7 +203,8 @@ def run(args):
                 "tier": args.tier, "faults_left_out": left_out, "faults_only": args.faults,
                 "tier_problems": tier_bad,
                 "peer_timeout_s": cluster.peer_timeout_s,
-                "peer_timeout_end_ms": timing_end}
+                "peer_timeout_end_ms": timing_end,
+                "remasters": remasters}
         write_results(args.results, meta, ops, unfinished, fault_log, hist, probe_records)
         res = check.check(ops, unfinished, fault_log, fenced, args.nodes, args.hung_bound,
                           args.progress_bound, run_end)
@@ -228,6 +230,20 @@ def run(args):
             log("records, fault log and server logs kept in %s "
                 "(re-check: python3 -m chaos.check %s)" % (args.results, args.results))
     return 0 if ok else 1
+
+
+def ges_remasters(cluster):
+    """Per node, (remasters, remaster_timeouts) from pg_cluster_ges_stats at the end (since
+    the node's last start), or None where it cannot be read."""
+    out = {}
+    for node in cluster.nodes:
+        try:
+            rows = node.query("SELECT remasters, remaster_timeouts FROM pg_cluster_ges_stats",
+                              timeout=10)
+            out[str(node.i)] = list(rows[0])
+        except Exception:  # noqa: BLE001 - an older extension, a node down: not counted
+            out[str(node.i)] = None
+    return out
 
 
 def main(argv):

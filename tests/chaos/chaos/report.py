@@ -201,6 +201,11 @@ def summary(meta, ops, unfinished, faults, fenced, res, out, violations_file=Non
             f.write("\n".join(texts) + "\n")
         p("  every pair with both intervals: %s" % violations_file)
 
+    rm = meta.get("remasters") or {}
+    if rm:
+        p("mastership that follows use (at the end, since each node's last start): " + ", ".join(
+            "node %s %s" % (k, "not read" if v is None else "%d hand-offs, %d unacknowledged"
+                            % (v[0], v[1])) for k, v in sorted(rm.items())))
     val = res.get("values") or {"violations": [], "reads": 0}
     if meta.get("values"):
         p("lock value blocks: not checked (%s)" % meta["values"])

@@ -302,3 +302,116 @@ TEST(GesLockValueCluster, ADeadBackendsExclusiveLockLeavesTheValueInvalid) {
     EXPECT_EQ(c.value(2, d).state, ValueState::Invalid);
     EXPECT_EQ(c.host(2).counter(WorkerCounter::ValueInvalidations), 1u);
 }
+
+// ---- found by review (a helper's adversarial reading of the first version)
+
+namespace {
+
+std::string txt(const LockValue& x) {
+    return text_of(x);
+}
+
+}  // namespace
+
+// A cached EX use converting down while a BAST keeps the cache from doing it
+// locally: the Convert to the LMS carries the session's write.
+TEST(GesLockValueReview, ACachedDownConversionTheCacheRefusesCarriesTheWrite) {
+    GesCluster c = cluster(3, true);
+    const ResourceName r = GesCluster::mastered_by(3, {1, 2, 3});
+    ASSERT_TRUE(c.granted(1, c.request(1, 10, r, LockMode::EX)));
+    c.release(1, 10, r, val("first"));
+    CacheEntry* e = entry(c, 1, r);
+    ASSERT_NE(e, nullptr);
+    uint64_t tok = 0;
+    ASSERT_EQ(cache_take(*e, LockMode::EX, LockMode::NL, lease_fences(c.host(1).lease_word()),
+                         c.host(1).shard_fence[0], &tok),
+              CacheMiss::None);
+    c.host(1).users_of[{c.host(1).cache.index_of(e), e->generation}] = {11};
+    const uint64_t b = c.request(2, 20, r, LockMode::PR);
+    ASSERT_FALSE(c.granted(2, b));
+    ASSERT_NE(e->bast, 0);
+    const uint64_t conv = c.ask(GesMsgType::Convert, 1, 11, r, LockMode::PR, 0, 0, val("second"));
+    ASSERT_TRUE(c.granted(1, conv));
+    ASSERT_TRUE(c.granted(2, b));
+    EXPECT_EQ(txt(c.value(2, b)), "second");
+    EXPECT_EQ(txt(c.value(1, conv)), "second");
+}
+
+// A down-conversion that writes, in flight across an epoch change: the
+// registry has the write, the replay carries it, the new master applies it.
+TEST(GesLockValueReview, ADownConversionInFlightAcrossAnEpochChangeKeepsItsWrite) {
+    GesCluster c = cluster(3, false);
+    const ResourceName r = GesCluster::mastered_by(3, {1, 2, 3});
+    ASSERT_TRUE(c.granted(2, c.request(2, 21, r, LockMode::NL)));
+    ASSERT_TRUE(c.granted(1, c.request(1, 10, r, LockMode::EX)));
+    c.release(1, 10, r, val("v1"));
+    const uint64_t a = c.request(1, 10, r, LockMode::EX);
+    ASSERT_TRUE(c.granted(1, a));
+    c.held.insert(3);
+    const uint64_t down = c.ask(GesMsgType::Request, 1, 10, r, LockMode::PR, 0, 0, val("v2"));
+    c.commit_view(11, {1, 2, 3});
+    c.held.clear();
+    c.pump();
+    c.tick_all();
+    ASSERT_TRUE(c.granted(1, down));
+    EXPECT_EQ(txt(c.value(1, down)), "v2");
+    const uint64_t b = c.request(2, 20, r, LockMode::PR);
+    ASSERT_TRUE(c.granted(2, b));
+    EXPECT_EQ(txt(c.value(2, b)), "v2");
+}
+
+// An LMS restart whose registry copy overflowed voids its cache entries: a
+// stale one never comes back with its old value.
+TEST(GesLockValueReview, AnOverflowedRestartVoidsTheCacheAndNoStaleValueComesBack) {
+    GesCluster c(3, /*mirror_capacity=*/16);
+    for (uint16_t i = 1; i <= 3; i++) c.host(i).enable_cache(256);
+    c.commit_view(10, {1, 2, 3});
+    const ResourceName r = GesCluster::mastered_by(3, {1, 2, 3});
+    ASSERT_TRUE(c.granted(2, c.request(2, 21, r, LockMode::NL)));
+    ASSERT_TRUE(c.granted(1, c.request(1, 10, r, LockMode::EX)));
+    c.release(1, 10, r, val("old, before the restart"));
+    ASSERT_NE(entry(c, 1, r), nullptr);
+    for (uint32_t p = 1; p <= 13; p++)
+        c.request(1, 100 + p, GesCluster::mastered_by(2, {1, 2, 3}, "f" + std::to_string(p)),
+                  LockMode::EX);
+    c.node(1).restart(c.now());
+    ASSERT_EQ(c.host(1).shard_fence[0], 1u) << "overflowed: the shard's locks are void";
+    EXPECT_EQ(entry(c, 1, r), nullptr) << "and so are its cache entries";
+    c.commit_view(11, {1, 2, 3});
+    c.tick_all();
+    ASSERT_TRUE(c.granted(2, c.request(2, 20, r, LockMode::EX)));
+    c.host(2).enable_cache(0);
+    c.release(2, 20, r, val("newer"));
+    const uint64_t a = c.request(1, 11, r, LockMode::EX);
+    ASSERT_TRUE(c.granted(1, a));
+    EXPECT_EQ(txt(c.value(1, a)), "newer");
+    c.release(1, 11, r, val("newest"));
+    const uint64_t b = c.request(3, 30, r, LockMode::PR);
+    ASSERT_TRUE(c.granted(3, b));
+    EXPECT_EQ(txt(c.value(3, b)), "newest");
+}
+
+// A down-conversion's grant that finds its backend gone from the slot is
+// kept (the backend takes a down-conversion it stopped waiting for as made):
+// no give-back up-conversion, so nobody believes EX while the master has PR.
+TEST(GesLockValueReview, ALateGrantOfADownConversionIsKept) {
+    GesCluster c = cluster(3, false);
+    const ResourceName r = GesCluster::mastered_by(3, {1, 2, 3});
+    ASSERT_TRUE(c.granted(3, c.request(3, 31, r, LockMode::NL)));
+    ASSERT_TRUE(c.granted(1, c.request(1, 10, r, LockMode::EX)));
+    const uint64_t pr = c.request(2, 20, r, LockMode::PR);  // waits
+    c.held.insert(3);
+    const uint64_t down = c.ask(GesMsgType::Request, 1, 10, r, LockMode::PR, 0, 0, val("v2"));
+    c.host(1).waiting.erase(down);  // the backend stopped waiting: it holds PR now
+    c.cancel(1, 10, r, down);       // (a Cancel of a down-conversion is ignored)
+    c.held.clear();
+    c.pump();
+    ASSERT_TRUE(c.granted(2, pr));
+    EXPECT_EQ(txt(c.value(2, pr)), "v2");
+    EXPECT_EQ(c.host(1).counter(WorkerCounter::LateGrantsUndone), 0u) << "no give-back";
+    auto e = c.worker(1).registry().find(Owner{1, 10}, r);
+    ASSERT_TRUE(e.has_value());
+    EXPECT_EQ(e->state, LockState::Granted);
+    EXPECT_EQ(e->granted_mode, LockMode::PR) << "as the backend believes";
+    EXPECT_TRUE(c.no_conflicting_holders());
+}

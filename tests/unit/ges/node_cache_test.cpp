@@ -137,13 +137,6 @@ bool registry_has(GesCluster& c, uint16_t node, Owner o, const ResourceName& r) 
     return c.worker(node).registry().find(o, r).has_value();
 }
 
-std::vector<LockRow> rows_for(GesCluster& c, uint16_t master, const ResourceName& r) {
-    std::vector<LockRow> out;
-    for (const LockRow& row : c.worker(master).snapshot())
-        if (row.resource == r.to_string()) out.push_back(row);
-    return out;
-}
-
 TEST(GesNodeCacheWorker, AReleasedLockStaysOnItsNodeAndIsTakenAgainWithoutAMessage) {
     GesCluster c = cached_cluster(3);
     const ResourceName r = GesCluster::mastered_by(2, {1, 2, 3});
@@ -151,7 +144,7 @@ TEST(GesNodeCacheWorker, AReleasedLockStaysOnItsNodeAndIsTakenAgainWithoutAMessa
     ASSERT_TRUE(c.granted(1, a));
     const uint64_t t0 = c.token(1, a);
     c.release(1, 10, r);
-    std::vector<LockRow> rows = rows_for(c, 2, r);
+    std::vector<LockRow> rows = c.rows(2, r);
     ASSERT_EQ(rows.size(), 1u);
     EXPECT_EQ(rows[0].proc, kNodeOwnerProc) << "the master lists the node's own owner";
     EXPECT_GT(c.worker(2).token_of(rows[0]), t0) << "granted to it under a new token";
@@ -298,7 +291,7 @@ TEST(GesNodeCacheWorker, AConversionTheCacheCannotMakeBecomesTheBackendsOwnLock)
     ASSERT_TRUE(cache_drop(*entry(c, 1, r), LockMode::PR));  // backend 12 releases
     c.cache_notify(1, 12, r);
     ASSERT_TRUE(c.granted(1, x));
-    std::vector<LockRow> rows = rows_for(c, 2, r);
+    std::vector<LockRow> rows = c.rows(2, r);
     ASSERT_EQ(rows.size(), 1u);
     EXPECT_EQ(rows[0].proc, 11u) << "the backend's own lock at the master";
     EXPECT_EQ(rows[0].mode, LockMode::EX);

@@ -107,6 +107,29 @@ GesMessage edges() {
     return m;
 }
 
+GesMessage hand_off() {
+    GesMessage m;
+    m.type = GesMsgType::HandOff;
+    m.epoch = kEpoch;
+    m.resource = kText;
+    m.value = LockValue::valid("lsn", 3);
+    m.grant_seq = 0x01020304;
+    m.entries = {entry(LockState::Granted, LockMode::PR, LockMode::PR, kText),
+                 entry(LockState::Waiting, LockMode::NL, LockMode::EX, kText)};
+    return m;
+}
+
+GesMessage forwarded() {
+    GesMessage m;
+    m.type = GesMsgType::Forwarded;
+    m.epoch = kEpoch;
+    m.origin = 2;
+    GesMessage in = base(GesMsgType::Request);
+    in.owner.node = 2;
+    EXPECT_EQ(encode_ges_message(in, &m.inner), GesWireError::None);
+    return m;
+}
+
 bool has_owner(GesMsgType t) {
     const auto v = static_cast<uint8_t>(t);
     return (v >= 1 && v <= 8) || v == 14 || v == 15;
@@ -127,6 +150,12 @@ std::vector<GesMessage> all_messages() {
                 break;
             case GesMsgType::Edges:
                 v.push_back(edges());
+                break;
+            case GesMsgType::HandOff:
+                v.push_back(hand_off());
+                break;
+            case GesMsgType::Forwarded:
+                v.push_back(forwarded());
                 break;
             default:
                 v.push_back(base(static_cast<GesMsgType>(t)));
@@ -180,6 +209,8 @@ TEST(GesWire, EveryMessageRoundTrips) {
              {kText, kInt, *ResourceName::from_text(std::string(64, 'z'))}) {
             GesMessage x = m;
             x.resource = r;
+            for (ReplayEntry& e : x.entries)
+                if (x.type == GesMsgType::HandOff) e.resource = r;  // all of the resource
             const Bytes b = encode(x);
             GesMessage back;
             ASSERT_EQ(decode_ges_message(b.data(), b.size(), &back), GesWireError::None)
@@ -337,6 +368,14 @@ TEST(GesWire, EpochIsLittleEndianAtOffset4InEveryMessageAndRoundTrips) {
         for (uint32_t epoch : {0u, 1u, kEpoch, 0xffffffffu}) {
             GesMessage x = m;
             x.epoch = epoch;
+            if (x.type == GesMsgType::Forwarded) {  // the inner message is of the same epoch
+                GesMessage in;
+                ASSERT_EQ(decode_ges_message(m.inner.data(), m.inner.size(), &in),
+                          GesWireError::None);
+                in.epoch = epoch;
+                x.inner.clear();
+                ASSERT_EQ(encode_ges_message(in, &x.inner), GesWireError::None);
+            }
             const Bytes b = encode(x);
             ASSERT_GE(b.size(), 8u);
             EXPECT_EQ(b[4], static_cast<uint8_t>(epoch)) << ges_msg_type_name(m.type);
@@ -351,7 +390,11 @@ TEST(GesWire, EpochIsLittleEndianAtOffset4InEveryMessageAndRoundTrips) {
             EXPECT_TRUE(back == x) << ges_msg_type_name(m.type);
         }
         // The codec carries any epoch; the glue decides what is stale.
-        for (size_t i = 4; i < 8; ++i) expect_bad(m, i, 0, GesWireError::None);
+        // (A Forwarded message's inner one must be of its epoch.)
+        for (size_t i = 4; i < 8; ++i)
+            expect_bad(
+                m, i, 0,
+                m.type == GesMsgType::Forwarded ? GesWireError::BadInner : GesWireError::None);
     }
     const auto msgs = encode_replay_messages({}, kEpoch);
     ASSERT_EQ(msgs.size(), 1u);
@@ -669,6 +712,57 @@ TEST(GesWire, ReplayIsSplitIntoBoundedMessagesAndTheLastIsMarked) {
     EXPECT_EQ(m.epoch, kEpoch);
     EXPECT_EQ(m.flags, kReplayLast);
     EXPECT_TRUE(m.entries.empty());
+}
+
+TEST(GesWire, HandOffForwardedAndMovedAreAsDocumentedAndValidated) {
+    // HandOff: header 8, resource (2 + 9), value (1 + 1 + 3), u32 grant_seq, u16 count, entries.
+    const GesMessage h = hand_off();
+    const Bytes b = encode(h);
+    EXPECT_EQ(b[1], 16);
+    EXPECT_EQ(b[8], 1);  // text
+    EXPECT_EQ(b[9], 9);
+    EXPECT_EQ(b[19], 1);  // value: valid, 3 bytes
+    EXPECT_EQ(b[20], 3);
+    EXPECT_EQ(le(b, 24, 4), 0x01020304u);
+    EXPECT_EQ(le(b, 28, 2), 2u);
+    ASSERT_EQ(b.size(), 30u + (34 + 2 + 9 + 1) * 2);
+    GesMessage other = h;
+    other.entries[1].resource = kInt;  // every entry is of the resource handed over
+    Bytes out;
+    EXPECT_EQ(encode_ges_message(other, &out), GesWireError::BadInner);
+    other = h;
+    other.entries.assign(kMaxReplayEntries + 1, h.entries[0]);
+    EXPECT_EQ(encode_ges_message(other, &out), GesWireError::BadCount);
+
+    // Forwarded: u16 origin, u16 len, the inner message.
+    const GesMessage f = forwarded();
+    const Bytes fb = encode(f);
+    EXPECT_EQ(fb[1], 18);
+    EXPECT_EQ(le(fb, 8, 2), 2u);
+    EXPECT_EQ(le(fb, 10, 2), f.inner.size());
+    EXPECT_EQ(Bytes(fb.begin() + 12, fb.end()), f.inner);
+    expect_bad(f, 8, 0, GesWireError::BadNode);           // origin 0
+    expect_bad(f, 12 + 4, 0x11, GesWireError::BadInner);  // the inner epoch differs
+    GesMessage nested = f;
+    nested.inner.clear();
+    EXPECT_EQ(encode_ges_message(nested, &out), GesWireError::BadInner);
+    for (GesMsgType t : {GesMsgType::Grant, GesMsgType::ReleaseAll, GesMsgType::HandOffAck}) {
+        GesMessage in = base(t);
+        nested.inner.clear();
+        EXPECT_EQ(encode_ges_message(in, &nested.inner), GesWireError::None);
+        EXPECT_EQ(encode_ges_message(nested, &out), GesWireError::BadInner)
+            << ges_msg_type_name(t) << " is not forwarded";
+    }
+    EXPECT_TRUE(forwardable(GesMsgType::Transfer));
+    EXPECT_FALSE(forwardable(GesMsgType::Forwarded)) << "no forwarding of a forwarded message";
+
+    // HandOffAck and Moved: the resource only.
+    for (GesMsgType t : {GesMsgType::HandOffAck, GesMsgType::Moved}) {
+        const Bytes mb = encode(base(t));
+        EXPECT_EQ(mb.size(), 8u + 2 + 9) << ges_msg_type_name(t);
+    }
+    EXPECT_STREQ(ges_msg_type_name(GesMsgType::Moved), "moved");
+    EXPECT_STREQ(ges_wire_error_name(GesWireError::BadInner), "bad_inner");
 }
 
 TEST(GesWire, DeadlockSearchLayoutIsAsDocumented) {

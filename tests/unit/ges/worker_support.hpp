@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -59,6 +60,7 @@ class FakeHost final : public WorkerHost {
     uint32_t lms = 1;
     int64_t peer_timeout = 10000;
     int64_t deadlock_timeout = 300;
+    uint32_t remaster = 0;  // remaster_window(): 0, no mastership that follows use
 
     // ---- what the worker did
     std::deque<Sent> sent;
@@ -98,6 +100,7 @@ class FakeHost final : public WorkerHost {
     uint32_t n_lms() override { return lms; }
     int64_t peer_timeout_ms() override { return peer_timeout; }
     int64_t deadlock_timeout_ms() override { return deadlock_timeout; }
+    uint32_t remaster_window() override { return remaster; }
     bool deliver_grant(uint32_t proc, uint64_t request_id, uint64_t token,
                        const LockValue& value) override {
         return deliver({true, proc, request_id, token, DenyReason::Cancelled, value});
@@ -270,6 +273,8 @@ class GesCluster {
 
     // Messages to or from a held node stay queued until released.
     std::set<uint16_t> held;
+    // A message (from, to, body) this returns true for is lost.
+    std::function<bool(uint16_t, uint16_t, const std::vector<uint8_t>&)> lose;
     // Delivers queued messages until none is left (or only held ones).
     void pump() {
         for (int round = 0; round < 100000; round++) {
@@ -287,6 +292,10 @@ class GesCluster {
                     }
                     FakeHost::Sent s = std::move(q[i]);
                     q.erase(q.begin() + static_cast<long>(i));
+                    if (lose && lose(n->id, s.node, s.body)) {
+                        moved = true;
+                        break;
+                    }
                     messages_delivered++;
                     worker(s.node).handle(role_of(s.channel), n->id, s.body.data(), s.body.size(),
                                           now_us_);
@@ -370,6 +379,14 @@ class GesCluster {
                         if (!modes_compatible(modes[i], modes[j])) return false;
         }
         return true;
+    }
+
+    // The rows of master's table (its snapshot) for r.
+    std::vector<LockRow> rows(uint16_t master, const ResourceName& r) {
+        std::vector<LockRow> out;
+        for (const LockRow& row : worker(master).snapshot())
+            if (row.resource == r.to_string()) out.push_back(row);
+        return out;
     }
 
     // A resource (text "<prefix>N") that `master` masters among `members`.

@@ -39,13 +39,6 @@ std::vector<uint8_t> encode(const GesMessage& m) {
     return body;
 }
 
-std::vector<LockRow> rows_for(GesCluster& c, uint16_t master, const ResourceName& r) {
-    std::vector<LockRow> out;
-    for (const LockRow& row : c.worker(master).snapshot())
-        if (row.resource == r.to_string()) out.push_back(row);
-    return out;
-}
-
 }  // namespace
 
 TEST(GesWorker, AdoptsTheCommittedViewAndReplaysToEveryMember) {
@@ -67,7 +60,7 @@ TEST(GesWorker, GrantsAtOnceWithATokenOfTheEpoch) {
     const uint64_t id = c.request(1, 100, r, LockMode::EX);
     ASSERT_TRUE(c.granted(1, id));
     EXPECT_EQ(c.token(1, id), (uint64_t{7} << 32) | (uint64_t{1} << kCacheTokenBits));
-    const std::vector<LockRow> rows = rows_for(c, 1, r);
+    const std::vector<LockRow> rows = c.rows(1, r);
     ASSERT_EQ(rows.size(), 1u);
     EXPECT_EQ(rows[0].state, LockState::Granted);
     EXPECT_EQ(rows[0].mode, LockMode::EX);
@@ -111,7 +104,7 @@ TEST(GesWorker, CompatibleModesAreGrantedTogether) {
     EXPECT_TRUE(c.granted(1, a));
     EXPECT_TRUE(c.granted(2, b));
     EXPECT_TRUE(c.granted(1, d));
-    EXPECT_EQ(rows_for(c, 2, r).size(), 3u);
+    EXPECT_EQ(c.rows(2, r).size(), 3u);
 }
 
 TEST(GesWorker, ConversionUpWaitsForOtherHoldersAndDownIsImmediate) {
@@ -155,9 +148,9 @@ TEST(GesWorker, CancelWithdrawsAWaiterAtItsMaster) {
     ASSERT_TRUE(c.granted(2, c.request(2, 20, r, LockMode::EX)));
     const uint64_t w = c.request(1, 10, r, LockMode::EX);
     c.cancel(1, 10, r, w);
-    EXPECT_EQ(rows_for(c, 2, r).size(), 1u) << "only the holder is left at the master";
+    EXPECT_EQ(c.rows(2, r).size(), 1u) << "only the holder is left at the master";
     c.release(2, 20, r);
-    EXPECT_TRUE(rows_for(c, 2, r).empty());
+    EXPECT_TRUE(c.rows(2, r).empty());
     EXPECT_TRUE(c.host(1).undelivered.empty());
     EXPECT_FALSE(c.worker(1).registry().find(Owner{1, 10}, r));
 }
@@ -318,7 +311,7 @@ TEST(GesWorker, RemastersWhenTheMasterLeavesAndKeepsTokensAndQueues) {
     c.tick(1);
     c.tick(3);
     const uint16_t m = master_for(r, {1, 3});
-    const std::vector<LockRow> rows = rows_for(c, m, r);
+    const std::vector<LockRow> rows = c.rows(m, r);
     ASSERT_EQ(rows.size(), 2u);
     EXPECT_EQ(rows[0].owner_node, 1);
     EXPECT_EQ(rows[0].state, LockState::Granted);
@@ -373,7 +366,7 @@ TEST(GesWorker, ACancelCrossingAGrantGivesTheLockBack) {
     c.pump();
     EXPECT_FALSE(c.granted(1, w));
     EXPECT_EQ(c.host(1).counter(WorkerCounter::LateGrantsUndone), 1u);
-    EXPECT_TRUE(rows_for(c, 2, r).empty()) << "the late grant was released";
+    EXPECT_TRUE(c.rows(2, r).empty()) << "the late grant was released";
     EXPECT_TRUE(c.granted(2, c.request(2, 21, r, LockMode::EX)));
 }
 
@@ -396,14 +389,14 @@ TEST(GesWorker, ARestartedWorkerGetsItsLocksBackInTheNextEpoch) {
 
     c.commit_view(11, {1, 2, 3});
     EXPECT_EQ(c.worker(1).epoch(), 11u);
-    const std::vector<LockRow> rows = rows_for(c, 2, r);
+    const std::vector<LockRow> rows = c.rows(2, r);
     ASSERT_EQ(rows.size(), 1u);
     EXPECT_EQ(rows[0].owner_node, 1);
     EXPECT_EQ(c.worker(2).token_of(rows[0]), t);
     const uint64_t y = c.request(3, 31, r, LockMode::EX);
     EXPECT_FALSE(c.granted(3, y)) << "the restarted node still holds it";
     // Its own table came back from the registries: node 2's PR blocks node 3's EX.
-    EXPECT_EQ(rows_for(c, 1, own).size(), 2u);
+    EXPECT_EQ(c.rows(1, own).size(), 2u);
     EXPECT_FALSE(c.granted(3, x));
     EXPECT_TRUE(c.no_conflicting_holders());
 }
