@@ -11,7 +11,7 @@
 #      it, in the backend: mean per iteration.
 #   2. fresh: on node 1, a loop over M resources never locked before, each
 #      locked EX and unlocked once, against the same loop of pgrac_ic_ping(2).
-#   3. ping-pong: one resource, mastered on node 3, taken EX by node 1 and
+#   3. ping-pong: one resource, homed on node 3 (which hands it to node 1 or 2 after cluster.ges_remaster_after requests), taken EX by node 1 and
 #      node 2 in turn (each side: unlock, lock, again); per transfer = the p50
 #      of node 1's iterations (each is two transfers, 1 -> 2 -> 1) / 2, against
 #      the p50 of pgrac_ic_bench(2, 64) on node 1. Alternation: the master's
@@ -514,7 +514,7 @@ for k, what in (("pp.m3.strict", f"ping-pong `{PP}`: iterations that alternated 
 # Records: target, pairs, note.
 def note_pp():
     left_out = [r for r in rounds if not ok("pp.m3", r)]
-    return (f"Resource {PP}, mastered on node 3; node 1 and node 2 each loop unlock + lock EX ({ITER} times), "
+    return (f"Resource {PP}, homed on node 3 (handed to node 1 or 2 after cluster.ges_remaster_after = 32 requests: mastership that follows use); node 1 and node 2 each loop unlock + lock EX ({ITER} times), "
             "each iteration stamped by clock_timestamp() and its grant's fencing token read in the backend; the "
             "figure is the p50 of node 1's iterations (each two transfers, 1 → 2 → 1) / 2. Alternation: each side "
             "asks again right after its release, while the other's request waits at the master (FIFO); a side "
