@@ -108,7 +108,8 @@ GesWireError check_message(const GesMessage& m) {
         }
         return GesWireError::None;
     }
-    if (m.type == GesMsgType::HandOffAck || m.type == GesMsgType::Moved)
+    if (m.type == GesMsgType::HandOffAck || m.type == GesMsgType::Moved ||
+        m.type == GesMsgType::Drained)
         return resource_ok(m.resource) ? GesWireError::None : GesWireError::BadResource;
     if (m.type == GesMsgType::Forwarded) {
         if (!node_ok(m.origin)) return GesWireError::BadNode;
@@ -340,6 +341,8 @@ const char* ges_msg_type_name(GesMsgType t) {
             return "forwarded";
         case GesMsgType::Moved:
             return "moved";
+        case GesMsgType::Drained:
+            return "drained";
     }
     return "unknown";
 }
@@ -433,6 +436,7 @@ bool operator==(const GesMessage& a, const GesMessage& b) {
                    a.entries == b.entries;
         case GesMsgType::HandOffAck:
         case GesMsgType::Moved:
+        case GesMsgType::Drained:
             return a.resource == b.resource;
         case GesMsgType::Forwarded:
             return a.origin == b.origin && a.inner == b.inner;
@@ -507,6 +511,7 @@ GesWireError encode_ges_message(const GesMessage& m, std::vector<uint8_t>* out) 
             break;
         case GesMsgType::HandOffAck:
         case GesMsgType::Moved:
+        case GesMsgType::Drained:
             put_resource(w, m.resource);
             break;
         case GesMsgType::Forwarded:
@@ -641,6 +646,7 @@ GesWireError decode_ges_message(const uint8_t* in, size_t len, GesMessage* out) 
         }
         case GesMsgType::HandOffAck:
         case GesMsgType::Moved:
+        case GesMsgType::Drained:
             if (!read_resource(r, &m.resource, &err)) return err;
             break;
         case GesMsgType::Forwarded: {

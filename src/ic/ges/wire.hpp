@@ -45,7 +45,9 @@
 //   Forwarded         u16 origin (1..64), u16 len, len bytes: a Request, Convert, Release,
 //                     Cancel or Transfer that origin sent the home master, of the same epoch
 //   Moved             resource (the new master -> a client node, before its first reply
-//                     there: send the resource's messages here in this epoch)
+//                     there: answers about the resource come from here in this epoch)
+//   Drained           resource (the home -> the new master, after its HandOffAck: every
+//                     message the new master's own node sent the home before is back)
 //   Edges             u64 round (nonzero), u16 worker, u8 flags (bit 0: last part, bit 1:
 //                     incomplete), u8 reserved (0), u16 count (<= 600), count entries:
 //                     waiter owner, holder owner, u16 master, u64 request_id, i64 since,
@@ -95,8 +97,9 @@ enum class GesMsgType : uint8_t {
     HandOffAck = 17,  // new master -> home: installed
     Forwarded = 18,   // home -> new master: a message of another node about the resource
     Moved = 19,       // new master -> a client node: the resource is mastered here now
+    Drained = 20,     // home -> new master: your own earlier messages came back; go local
 };
-inline constexpr uint8_t kMaxGesMsgType = 19;
+inline constexpr uint8_t kMaxGesMsgType = 20;
 const char* ges_msg_type_name(GesMsgType t);
 
 enum ReplayFlag : uint8_t { kReplayLast = 0x01 };

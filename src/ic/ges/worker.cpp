@@ -15,6 +15,9 @@ namespace {
 constexpr int64_t kWaitCheckUs = 50000;
 // How often a worker looks for local owners whose backend is gone.
 constexpr int64_t kReapUs = 250000;
+// Hand-offs one worker makes in one epoch at most (mastership that follows
+// use): bounds the maps that remember them, at every node.
+constexpr size_t kMaxHandOffs = 65536;
 // How long a NOWAIT request blocked only by cached locks waits for their
 // give-back (docs/ges.md, "Node-level caching").
 constexpr int64_t kNoWaitCacheGraceUs = 50000;
@@ -627,6 +630,7 @@ void Worker::tick(int64_t now) {
     cache_tick(now);
     if (epoch_ != 0) deadlock_tick(now);
     remaster_tick();
+    run_hand_offs(now);
     count_value_invalidations();
 }
 
@@ -924,9 +928,23 @@ void Worker::on_master(uint16_t src, const GesMessage& m, int64_t now) {
             return;
         case GesMsgType::HandOffAck: {
             auto h = handed_off_.find(m.resource);
-            if (h != handed_off_.end() && h->second == src) unacked_.erase(m.resource);
+            if (h == handed_off_.end() || h->second != src) return;
+            unacked_.erase(m.resource);
+            // Everything src sent here about the resource before its ack is
+            // forwarded back to it already (same lanes): it may go local now.
+            GesMessage d;
+            d.type = GesMsgType::Drained;
+            d.epoch = epoch_;
+            d.resource = m.resource;
+            std::vector<uint8_t> body;
+            if (encode_ges_message(d, &body) == GesWireError::None)
+                host_.send(src, GesChannel::Master, route_key_for(m.resource), std::move(body));
             return;
         }
+        case GesMsgType::Drained:
+            if (src == master_for(m.resource, masters_) && hosted(m.resource))
+                drained_.insert(m.resource);
+            return;
         case GesMsgType::Forwarded:
             on_forwarded(src, m, now);
             return;
@@ -1066,7 +1084,7 @@ void Worker::on_reply(uint16_t src, const GesMessage& m, int64_t now) {
     }
     // Replies only from the node that masters the resource in this epoch:
     // its home, or the node its home handed it to (which said so first).
-    if ((src != home && src != master_of(m.resource)) || m.owner.node != self_) {
+    if (!answers_for(src, m.resource) || m.owner.node != self_) {
         refuse_source(src, m, "it is not the resource's master in this epoch");
         return;
     }
@@ -1256,6 +1274,7 @@ void Worker::handle(WorkerRole role, uint16_t src, const uint8_t* body, size_t l
             on_deadlock(src, m, now);
             break;
     }
+    run_hand_offs(now);
 }
 
 // ---- node-level caching (docs/ges.md, "Node-level caching")
@@ -1732,13 +1751,27 @@ bool Worker::cancel_after_transfer(const GesMessage& m) {
 // every table from the nodes' registries at the home masters, as every epoch
 // does: mastership that followed use never outlives its epoch.
 
+// Where this node sends its own messages about r. Only through the home
+// (which forwards them) unless this node is the home, or masters r and got
+// its Drained: each node's messages about a resource then take one path, so
+// they arrive in the order they were sent (a Release that took the long way
+// must not overtake, nor be overtaken by, a newer request of its owner).
 uint16_t Worker::master_of(const ResourceName& r) const {
-    if (hosted(r)) return self_;
+    if (hosted(r)) return drained_.count(r) != 0 ? self_ : master_for(r, masters_);
     auto h = handed_off_.find(r);
     if (h != handed_off_.end()) return h->second;
-    auto m = moved_.find(r);
-    if (m != moved_.end()) return m->second;
     return master_for(r, masters_);
+}
+
+// Whether src may answer about r: its home, the node it was handed to
+// (which said so with Moved), or this node if it masters it.
+bool Worker::answers_for(uint16_t src, const ResourceName& r) const {
+    if (src == master_for(r, masters_)) return true;
+    if (hosted(r)) return src == self_;
+    auto h = handed_off_.find(r);
+    if (h != handed_off_.end()) return src == h->second;
+    auto m = moved_.find(r);
+    return m != moved_.end() && m->second == src;
 }
 
 // A request for r from src at r's home: after remaster_window() of them,
@@ -1764,6 +1797,8 @@ void Worker::note_use(const ResourceName& r, uint16_t src, int64_t now) {
     if (u.total < window) return;
     const Use seen = u;
     use_.erase(r);
+    // Bounded: this many hand-offs per worker and epoch at most.
+    if (handed_off_.size() + due_hand_offs_.size() >= kMaxHandOffs) return;
     int top = 0;
     for (int k = 1; k < 4; ++k)
         if (seen.count[k] > seen.count[top]) top = k;
@@ -1771,7 +1806,21 @@ void Worker::note_use(const ResourceName& r, uint16_t src, int64_t now) {
     if (to == 0 || seen.count[top] * 5 < seen.total * 2 || seen.local * 5 >= seen.total ||
         !std::binary_search(masters_.begin(), masters_.end(), to))
         return;
-    hand_off(r, to, now);
+    // Made once the current message is done (run_hand_offs): in the middle of
+    // it, a grant being dispatched could still take a token after the one
+    // the hand-off gives the new master as its floor.
+    (void)now;
+    due_hand_offs_.emplace_back(r, to);
+}
+
+void Worker::run_hand_offs(int64_t now) {
+    std::vector<std::pair<ResourceName, uint16_t>> due;
+    due.swap(due_hand_offs_);
+    for (const auto& [r, to] : due)
+        if (epoch_ != 0 && !replaying_ && handed_off_.count(r) == 0 && !hosted(r) &&
+            master_for(r, masters_) == self_ &&
+            std::binary_search(masters_.begin(), masters_.end(), to))
+            hand_off(r, to, now);
 }
 
 void Worker::hand_off(const ResourceName& r, uint16_t to, int64_t now) {
@@ -1898,6 +1947,8 @@ void Worker::remaster_tick() {
 
 void Worker::clear_remastering() {
     use_.clear();
+    drained_.clear();
+    due_hand_offs_.clear();
     handed_off_.clear();
     unacked_.clear();
     hosted_.clear();

@@ -258,6 +258,8 @@ class Worker {
     bool hosted(const ResourceName& r) const { return hosted_.count(r) != 0; }
     void note_use(const ResourceName& r, uint16_t src, int64_t now);
     void hand_off(const ResourceName& r, uint16_t to, int64_t now);
+    void run_hand_offs(int64_t now);
+    bool answers_for(uint16_t src, const ResourceName& r) const;
     void on_hand_off(uint16_t src, const GesMessage& m, int64_t now);
     void forward(uint16_t src, uint16_t to, const GesMessage& m);
     void on_forwarded(uint16_t src, const GesMessage& m, int64_t now);
@@ -357,8 +359,10 @@ class Worker {
     std::set<ResourceName> hosted_;                    // masters here, handed by its home
     std::map<ResourceName, std::set<uint16_t>> told_;  // hosted: nodes sent Moved
     std::map<ResourceName, uint16_t> moved_;           // client: resource -> its master now
-    std::set<Key> basted_;                             // direct holders told of a BAST (not cached)
-    std::set<ResourceName> cache_basts_;               // cached locks a BAST asks back
+    std::set<ResourceName> drained_;  // hosted: this node's own messages go local now
+    std::vector<std::pair<ResourceName, uint16_t>> due_hand_offs_;  // decided, not yet made
+    std::set<Key> basted_;                         // direct holders told of a BAST (not cached)
+    std::set<ResourceName> cache_basts_;           // cached locks a BAST asks back
     std::set<ResourceName> pending_basts_;         // BASTs that came before the Transfer's grant
     std::map<Key, CachedConversion> conversions_;  // conversions of cached locks waiting locally
     std::vector<AfterTransfer> after_transfer_;    // requests waiting for a Transfer's grant
