@@ -941,10 +941,17 @@ void Worker::on_master(uint16_t src, const GesMessage& m, int64_t now) {
                 host_.send(src, GesChannel::Master, route_key_for(m.resource), std::move(body));
             return;
         }
-        case GesMsgType::Drained:
-            if (src == master_for(m.resource, masters_) && hosted(m.resource))
-                drained_.insert(m.resource);
+        case GesMsgType::Drained: {
+            if (src != master_for(m.resource, masters_) || !hosted(m.resource)) return;
+            drained_.insert(m.resource);
+            hosted_since_ms_.erase(m.resource);
+            auto q = undrained_.find(m.resource);
+            if (q == undrained_.end()) return;
+            std::vector<GesMessage> kept = std::move(q->second);
+            undrained_.erase(q);
+            for (const GesMessage& k : kept) on_master(self_, k, now);
             return;
+        }
         case GesMsgType::Forwarded:
             on_forwarded(src, m, now);
             return;
@@ -1199,6 +1206,12 @@ void Worker::to_master(const GesMessage& msg, int64_t now) {
     if (epoch_ == 0) return;
     GesMessage m = msg;
     m.epoch = epoch_;
+    if (hosted(m.resource) && drained_.count(m.resource) == 0) {
+        // Mastered here, but this node's earlier messages about it may still
+        // be on their way through the home: kept until its Drained.
+        undrained_[m.resource].push_back(m);
+        return;
+    }
     const uint16_t master = master_of(m.resource);
     if (master == self_) {
         on_master(self_, m, now);
@@ -1752,12 +1765,13 @@ bool Worker::cancel_after_transfer(const GesMessage& m) {
 // does: mastership that followed use never outlives its epoch.
 
 // Where this node sends its own messages about r. Only through the home
-// (which forwards them) unless this node is the home, or masters r and got
-// its Drained: each node's messages about a resource then take one path, so
+// (which forwards them) unless this node is the home, or masters r (and then,
+// until the home's Drained says its earlier ones are back, to_master keeps
+// them): each node's messages about a resource take one path at a time, so
 // they arrive in the order they were sent (a Release that took the long way
 // must not overtake, nor be overtaken by, a newer request of its owner).
 uint16_t Worker::master_of(const ResourceName& r) const {
-    if (hosted(r)) return drained_.count(r) != 0 ? self_ : master_for(r, masters_);
+    if (hosted(r)) return self_;  // (to_master keeps them until Drained)
     auto h = handed_off_.find(r);
     if (h != handed_off_.end()) return h->second;
     return master_for(r, masters_);
@@ -1879,6 +1893,7 @@ void Worker::on_hand_off(uint16_t src, const GesMessage& m, int64_t now) {
         return;
     }
     hosted_.insert(m.resource);
+    hosted_since_ms_[m.resource] = host_.lease_clock_ms();
     for (const ReplayEntry& e : m.entries)
         if (e.state != LockState::Waiting && e.token != 0)
             tokens_[Key{m.resource, e.owner}] = e.token;
@@ -1926,9 +1941,22 @@ void Worker::on_forwarded(uint16_t src, const GesMessage& m, int64_t now) {
 }
 
 void Worker::remaster_tick() {
-    if (unacked_.empty()) return;
+    if (unacked_.empty() && hosted_since_ms_.empty()) return;
     const uint64_t now_ms = host_.lease_clock_ms();
+    const uint64_t bound = 2 * static_cast<uint64_t>(std::max<int64_t>(1, host_.peer_timeout_ms()));
     bool overdue = false;
+    for (auto it = hosted_since_ms_.begin(); it != hosted_since_ms_.end();) {
+        if (now_ms - it->second < bound) {
+            ++it;
+            continue;
+        }
+        overdue = true;  // no Drained: this node's own messages about it wait
+        host_.count(WorkerCounter::RemasterTimeouts);
+        log(WorkerLogLevel::Warning, "GES (LMS " + std::to_string(index_) + "): no Drained for \"" +
+                                         it->first.to_string() +
+                                         "\" from its home; asking for a new epoch");
+        it = hosted_since_ms_.erase(it);
+    }
     for (auto it = unacked_.begin(); it != unacked_.end();) {
         if (now_ms < it->second) {
             ++it;
@@ -1948,6 +1976,8 @@ void Worker::remaster_tick() {
 void Worker::clear_remastering() {
     use_.clear();
     drained_.clear();
+    undrained_.clear();  // the registry has what they were about: the replay carries it
+    hosted_since_ms_.clear();
     due_hand_offs_.clear();
     handed_off_.clear();
     unacked_.clear();

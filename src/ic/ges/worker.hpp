@@ -360,6 +360,10 @@ class Worker {
     std::map<ResourceName, std::set<uint16_t>> told_;  // hosted: nodes sent Moved
     std::map<ResourceName, uint16_t> moved_;           // client: resource -> its master now
     std::set<ResourceName> drained_;  // hosted: this node's own messages go local now
+    // hosted, not drained yet: this node's own messages since the import,
+    // kept in order, and when the import was (lease clock)
+    std::map<ResourceName, std::vector<GesMessage>> undrained_;
+    std::map<ResourceName, uint64_t> hosted_since_ms_;
     std::vector<std::pair<ResourceName, uint16_t>> due_hand_offs_;  // decided, not yet made
     std::set<Key> basted_;                         // direct holders told of a BAST (not cached)
     std::set<ResourceName> cache_basts_;           // cached locks a BAST asks back
