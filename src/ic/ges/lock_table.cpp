@@ -651,10 +651,11 @@ bool LockTable::export_resource(const ResourceName& name, ResourceState* out) {
 
 bool LockTable::import_resource(const ResourceName& name, const ResourceState& st, int64_t now,
                                 Events* ev) {
-    if (resources_.count(name) != 0 || frozen_) return false;
+    if (resources_.count(name) != 0) return false;
     now_ = now;
     Resource& r = resources_[name];
     r.value = st.value;
+    r.value_replayed = true;  // (imported during a replay: end_replay keeps it)
     for (const ReplayEntry& e : st.entries) {
         Lock l = lock_from(e);
         if (e.state == LockState::Waiting) {
@@ -673,8 +674,8 @@ bool LockTable::import_resource(const ResourceName& name, const ResourceState& s
         }
         r.holders.push_back(l);
     }
-    settle(name, *ev);
-    if (options_.detect_deadlocks_on_wait) check_deadlocks(*ev);
+    settle(name, *ev);  // (while frozen, end_replay serves it)
+    if (!frozen_ && options_.detect_deadlocks_on_wait) check_deadlocks(*ev);
     return true;
 }
 

@@ -1875,7 +1875,7 @@ void Worker::hand_off(const ResourceName& r, uint16_t to, int64_t now) {
 void Worker::on_hand_off(uint16_t src, const GesMessage& m, int64_t now) {
     const uint32_t n_lms = std::max<uint32_t>(1, host_.n_lms());
     if (src == self_ || src != master_for(m.resource, masters_) ||
-        worker_for(m.resource, n_lms) != index_ || hosted(m.resource) || replaying_) {
+        worker_for(m.resource, n_lms) != index_ || hosted(m.resource)) {
         refuse_source(src, m, "it is not the resource's home master, or the resource is here");
         return;
     }

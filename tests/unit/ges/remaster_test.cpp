@@ -337,3 +337,47 @@ TEST(GesRemasterReview, AHandOffDecidedInsideADispatchComesAfterItsTokens) {
     EXPECT_NE(t30, t21);
     EXPECT_TRUE(c.no_conflicting_holders());
 }
+
+// A hand-off that reaches a node still in its epoch's replay barrier is
+// taken there (served once the barrier ends), not refused.
+TEST(GesRemasterReview, AHandOffToANodeStillInItsBarrierIsTaken) {
+    GesCluster c(3);
+    for (uint16_t i = 1; i <= 3; i++) c.host(i).remaster = 4;
+    auto is_done = [](const std::vector<uint8_t>& body) {
+        GesMessage m;
+        return decode_ges_message(body.data(), body.size(), &m) == GesWireError::None &&
+               m.type == GesMsgType::ReplayDone;
+    };
+    std::vector<std::vector<uint8_t>> kept;
+    c.lose = [&](uint16_t from, uint16_t to, const std::vector<uint8_t>& body) {
+        if (from == 2 && to == 1 && is_done(body)) {
+            kept.push_back(body);
+            return true;
+        }
+        return false;
+    };
+    c.commit_view(10, {1, 2, 3});
+    c.lose = nullptr;
+    ASSERT_TRUE(c.worker(1).replaying());
+    ASSERT_FALSE(c.worker(3).replaying());
+    const ResourceName r = GesCluster::mastered_by(3, {1, 2, 3});
+    for (int i = 0; i < 3; i++) {
+        const uint64_t a = c.request(1, 10, r, LockMode::EX);
+        ASSERT_TRUE(c.granted(1, a));
+        c.release(1, 10, r);
+    }
+    const uint64_t a0 = c.request(1, 10, r, LockMode::EX);  // the home serves it, then
+    ASSERT_TRUE(c.granted(1, a0));                          // hands r to node 1 (in its barrier)
+    EXPECT_EQ(c.host(3).counter(WorkerCounter::Remasters), 1u);
+    c.release(1, 10, r);
+    const uint64_t a = c.request(1, 10, r, LockMode::EX);
+    EXPECT_FALSE(c.granted(1, a)) << "nothing is granted in a barrier";
+    for (auto& b : kept)
+        c.host(2).sent.push_back(
+            pgrac::ic::ges::testing::FakeHost::Sent{1, GesChannel::Master, 0, b});
+    c.pump();
+    ASSERT_FALSE(c.worker(1).replaying());
+    EXPECT_TRUE(c.granted(1, a)) << "served once node 1's barrier ended";
+    EXPECT_EQ(c.host(3).counter(WorkerCounter::RemasterTimeouts), 0u);
+    EXPECT_TRUE(c.no_conflicting_holders());
+}
