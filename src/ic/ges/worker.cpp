@@ -274,6 +274,7 @@ void Worker::drop_everything(const char* why) {
     held_tokens_.clear();
     mirror_.clear();
     basted_.clear();
+    early_basts_.clear();
     stop_serving();
 }
 
@@ -864,6 +865,7 @@ void Worker::on_client(const GesMessage& m, int64_t now) {
         case GesMsgType::Release:
             if (keep_in_cache(m.owner, m.resource, m.value, now)) return;
             basted_.erase(k);
+            early_basts_.erase(k);
             registry_.on_released(m.owner, m.resource);
             held_tokens_.erase(k);
             cancelling_.erase(k);
@@ -1127,7 +1129,14 @@ void Worker::on_reply(uint16_t src, const GesMessage& m, int64_t now) {
         const LockMode prior = e->state == LockState::Converting ? e->granted_mode : LockMode::NL;
         registry_.on_granted(m.owner, m.resource, m.request_id, now, m.value);
         orphans_.erase(k);
-        basted_.erase(k);
+        // A BAST about this very grant may have come first (a resource handed
+        // to a new master answers on another lane than its home did).
+        auto early = early_basts_.find(k);
+        if (early != early_basts_.end() && early->second == m.request_id)
+            basted_.insert(k);
+        else
+            basted_.erase(k);
+        if (early != early_basts_.end()) early_basts_.erase(early);
         held_tokens_[k] = m.token;
         sync(m.owner, m.resource);  // before the backend may act on it
         if (m.owner.proc == kNodeOwnerProc) {
@@ -1481,7 +1490,13 @@ void Worker::cache_bast(const GesMessage& m, int64_t now) {
     if (!held) {
         // A backend's own lock: when it releases, the lock goes back, not
         // into the cache (someone waits for it).
-        if (m.owner.proc != kNodeOwnerProc) basted_.insert(Key{m.resource, m.owner});
+        if (m.owner.proc != kNodeOwnerProc) {
+            const Key k{m.resource, m.owner};
+            basted_.insert(k);
+            auto e = registry_.find(m.owner, m.resource);
+            if (e && e->state != LockState::Granted && e->request_id == m.request_id)
+                early_basts_[k] = m.request_id;  // before its grant: kept for it
+        }
         return;
     }
     if (held->state != LockState::Granted) {
@@ -1975,6 +1990,7 @@ void Worker::remaster_tick() {
 
 void Worker::clear_remastering() {
     use_.clear();
+    early_basts_.clear();
     drained_.clear();
     undrained_.clear();  // the registry has what they were about: the replay carries it
     hosted_since_ms_.clear();

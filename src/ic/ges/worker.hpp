@@ -366,6 +366,7 @@ class Worker {
     std::map<ResourceName, uint64_t> hosted_since_ms_;
     std::vector<std::pair<ResourceName, uint16_t>> due_hand_offs_;  // decided, not yet made
     std::set<Key> basted_;                         // direct holders told of a BAST (not cached)
+    std::map<Key, uint64_t> early_basts_;          // BASTs that came before their grant (its id)
     std::set<ResourceName> cache_basts_;           // cached locks a BAST asks back
     std::set<ResourceName> pending_basts_;         // BASTs that came before the Transfer's grant
     std::map<Key, CachedConversion> conversions_;  // conversions of cached locks waiting locally

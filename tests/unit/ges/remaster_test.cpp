@@ -381,3 +381,33 @@ TEST(GesRemasterReview, AHandOffToANodeStillInItsBarrierIsTaken) {
     EXPECT_EQ(c.host(3).counter(WorkerCounter::RemasterTimeouts), 0u);
     EXPECT_TRUE(c.no_conflicting_holders());
 }
+
+// A BAST about a grant that has not come yet (after a hand-off, answers about
+// a resource come on another lane than its home's did) is kept for the
+// grant: the lock then goes back at its release instead of into the cache,
+// where the waiter would starve.
+TEST(GesRemasterReview, ABastBeforeItsGrantIsKeptForTheGrant) {
+    GesCluster c = remastering(3, 0);
+    for (uint16_t i = 1; i <= 3; i++) c.host(i).enable_cache(256);
+    const ResourceName r = GesCluster::mastered_by(3, {1, 2, 3});
+    // Lane 3 -> 2 is held back: the grant to node 2, then the master's BAST.
+    std::vector<std::vector<uint8_t>> lane;
+    c.lose = [&](uint16_t from, uint16_t to, const std::vector<uint8_t>& body) {
+        if (from != 3 || to != 2) return false;
+        lane.push_back(body);
+        return true;
+    };
+    const uint64_t a = c.request(2, 20, r, LockMode::EX);
+    const uint64_t w = c.request(1, 10, r, LockMode::EX);  // queues: node 2 is granted EX
+    c.lose = nullptr;
+    ASSERT_EQ(lane.size(), 2u);  // Grant, Bast
+    // The BAST comes first, as a new master's would on its own lane.
+    c.worker(2).handle(WorkerRole::Reply, 3, lane[1].data(), lane[1].size(), c.now());
+    c.worker(2).handle(WorkerRole::Reply, 3, lane[0].data(), lane[0].size(), c.now());
+    c.pump();
+    ASSERT_TRUE(c.granted(2, a));
+    EXPECT_FALSE(c.granted(1, w));
+    c.release(2, 20, r);
+    EXPECT_TRUE(c.granted(1, w)) << "given back, not kept in node 2's cache";
+    EXPECT_TRUE(c.no_conflicting_holders());
+}
