@@ -135,8 +135,8 @@ class LockTable {
     // and into another node's. export_resource removes it (an unknown one is
     // exported empty; false: a replay is running); import_resource serves the queues and
     // sends BASTs as after any change, or at end_replay if a replay is running
-    // (false, nothing done: the resource is here already). Deadlines and BAST marks are not carried: a requester's
-    // own limit cancels its request, and a holder may be told again.
+    // (false, nothing done: the resource is here already). Deadlines and BAST marks are not
+    // carried: a requester's own limit cancels its request, and a holder may be told again.
     struct ResourceState {
         std::vector<ReplayEntry> entries;
         LockValue value;
