@@ -203,13 +203,14 @@ CREATE FUNCTION pgrac_ges_stats(
     OUT cache_evictions bigint, OUT cache_conversions bigint, OUT grants_delivered bigint,
     OUT denials_delivered bigint, OUT late_grants_undone bigint, OUT dead_owners_reaped bigint,
     OUT cluster_deadlocks bigint, OUT replay_conflicts bigint, OUT value_invalidations bigint,
-    OUT remasters bigint, OUT remaster_timeouts bigint)
+    OUT remasters bigint, OUT remaster_timeouts bigint, OUT direct_sent bigint,
+    OUT direct_taken bigint, OUT direct_served bigint, OUT direct_redirected bigint)
 RETURNS record
 AS 'MODULE_PATHNAME', 'pgrac_ges_stats' LANGUAGE C STRICT VOLATILE;
 
 CREATE VIEW pg_cluster_ges_stats AS SELECT * FROM pgrac_ges_stats();
 COMMENT ON VIEW pg_cluster_ges_stats IS
-    'This node''s GES counters: the lock cache (hits taken without a message, misses by reason, BASTs, locks kept, given back, evicted, conversions), grants and denials delivered, late grants undone, dead owners reaped, cluster-wide deadlock victims, replay conflicts (must stay 0)';
+    'This node''s GES counters: the lock cache (hits taken without a message, misses by reason, BASTs, locks kept, given back, evicted, conversions), grants and denials delivered, late grants undone, dead owners reaped, cluster-wide deadlock victims, replay conflicts (must stay 0), value-block invalidations, remasters, and direct requests (sent on requester lanes, grants taken by their backends, served and redirected as a master)';
 
 -- ---------------------------------------------------------------- membership
 CREATE FUNCTION pgrac_membership(

@@ -45,6 +45,13 @@ void requester_rpc(pgrac::ic::IcShared* shm, int node, const pgrac::ic::MessageH
                    uint32_t reply_cap, uint64_t spin_ns, uint64_t deadline_ns,
                    RequesterOutcome* out);
 
+// An RPC on this process's requester lane to `node` only (src/capi/rpc.cpp):
+// its pgrac_ic status, or -1 if nothing was sent (no usable lane; the caller
+// takes another path). May raise (a cancel while it waits for the reply).
+int requester_lane_call(int node, uint16_t msg_type, uint32_t route_key, const void* body,
+                        uint32_t len, void* reply_buf, uint32_t reply_cap, uint32_t* reply_len,
+                        int timeout_ms);
+
 // A one-way message to `node` went through the listeners: this process's
 // RPCs to it take that path from now on, so that none overtakes it.
 void note_one_way_message(int node) noexcept;

@@ -251,3 +251,28 @@ int pgrac_ic_rpc(int node, uint16_t msg_type, uint32_t route_key, const void* bo
 }
 
 }  // extern "C"
+
+namespace pgrac::glue {
+
+int requester_lane_call(int node, uint16_t msg_type, uint32_t route_key, const void* body,
+                        uint32_t len, void* reply_buf, uint32_t reply_cap, uint32_t* reply_len,
+                        int timeout_ms) {
+    IcShared* shm = shared();
+    if (shm == nullptr || MyProc == nullptr || len > PGRAC_IC_MAX_MESSAGE) return -1;
+    if (!requester_lane_usable(shm, node)) return -1;
+    const uint32_t procno = static_cast<uint32_t>(MyProc->pgprocno);
+    ReplySlot* slot = reply_slot(shm, procno);
+    if (slot == nullptr) return -1;
+    static bool exit_hook = false;
+    if (!exit_hook) {
+        before_shmem_exit(rpc_at_exit, 0);
+        exit_hook = true;
+    }
+    disarm(shm, slot);
+    const uint64_t start = monotonic_ns();
+    const uint64_t deadline = start + static_cast<uint64_t>(timeout_ms) * 1000000ull;
+    return requester_lane_rpc(shm, slot, procno, node, msg_type, route_key, body, len, reply_buf,
+                              reply_cap, reply_len, PGRAC_IC_CONTROL, start, deadline);
+}
+
+}  // namespace pgrac::glue

@@ -134,24 +134,50 @@ GesWaitSlot* ges_my_slot() {
     return i < g_ges->n_slots ? &g_ges->slots[i] : nullptr;
 }
 
-bool ges_deliver(int32_t pid, uint64_t request_id, uint32_t outcome, uint64_t token,
-                 const pgrac::ic::ges::LockValue* value) {
+namespace {
+
+// The slot of backend pid's request request_id, or nullptr if it is no
+// longer that backend's or armed for another request.
+GesWaitSlot* slot_of(int32_t pid, uint64_t request_id) {
     uint32_t i, session;
     if (g_ges == nullptr || pid <= 0 || !ges_request_id_slot(request_id, &i, &session) ||
         i >= g_ges->n_slots)
-        return false;
+        return nullptr;
     GesWaitSlot* s = &g_ges->slots[i];
     if (pgrac::ic::load_acquire(&s->pid) != pid ||
         pgrac::ic::load_acquire(&s->request_id) != request_id)
-        return false;
-    // Win the slot first (Waiting -> Delivering), then write the token and
-    // value, then publish the outcome: a loser (a stale request id, an
-    // abandoned wait) writes nothing, and the waiter reads them only after
-    // the word says the outcome (release store).
+        return nullptr;
+    return s;
+}
+
+}  // namespace
+
+bool ges_deliver(int32_t pid, uint64_t request_id, uint32_t outcome, uint64_t token,
+                 const pgrac::ic::ges::LockValue* value) {
+    GesWaitSlot* s = slot_of(pid, request_id);
+    if (s == nullptr) return false;
+    const uint32_t i = static_cast<uint32_t>(s - g_ges->slots);
+    // Win the slot first (Waiting or DirectReady -> Delivering), then write
+    // the token and value, then publish the outcome: a loser (a stale request
+    // id, an abandoned wait) writes nothing, and the waiter reads them only
+    // after the word says the outcome (release store).
     uint64_t expected = ges_slot_word(request_id, kGesWaiting);
-    if (!pgrac::ic::compare_exchange(&s->word, &expected,
-                                     ges_slot_word(request_id, kGesDelivering)))
+    bool won =
+        pgrac::ic::compare_exchange(&s->word, &expected, ges_slot_word(request_id, kGesDelivering));
+    if (!won && expected == ges_slot_word(request_id, kGesDirectReady))
+        won = pgrac::ic::compare_exchange(&s->word, &expected,
+                                          ges_slot_word(request_id, kGesDelivering));
+    if (!won) {
+        // The backend took this grant itself (direct routing) and the
+        // registry has it now: the slot is free for the backend's next request.
+        if ((outcome & 0xff) == kGesGranted &&
+            expected == ges_slot_word(request_id, kGesSelfGranted) &&
+            pgrac::ic::compare_exchange(&s->word, &expected, uint64_t{0})) {
+            SetLatch(&ProcGlobal->allProcs[i].procLatch);
+            return true;
+        }
         return false;
+    }
     s->value = value != nullptr ? *value : pgrac::ic::ges::LockValue{};
     pgrac::ic::store_release(&s->token, token);
     // (The slot may have been reset meanwhile: its backend exited.)
@@ -162,6 +188,41 @@ bool ges_deliver(int32_t pid, uint64_t request_id, uint32_t outcome, uint64_t to
                                                      : &g_ges->denials_delivered);
     SetLatch(&ProcGlobal->allProcs[i].procLatch);
     return true;
+}
+
+bool ges_mark_direct(int32_t pid, uint64_t request_id) {
+    GesWaitSlot* s = slot_of(pid, request_id);
+    if (s == nullptr) return false;
+    uint64_t expected = ges_slot_word(request_id, kGesWaiting);
+    return pgrac::ic::compare_exchange(&s->word, &expected,
+                                       ges_slot_word(request_id, kGesDirectReady));
+}
+
+bool ges_settle_direct(int32_t pid, uint64_t request_id, uint64_t* token,
+                       pgrac::ic::ges::LockValue* value) {
+    GesWaitSlot* s = slot_of(pid, request_id);
+    if (s == nullptr) return false;
+    for (;;) {
+        uint64_t w = pgrac::ic::load_acquire(&s->word);
+        if (w == ges_slot_word(request_id, kGesDelivering)) {  // the backend is writing
+            pg_spin_delay();
+            continue;
+        }
+        if (w == ges_slot_word(request_id, kGesDirectReady)) {
+            if (pgrac::ic::compare_exchange(&s->word, &w, ges_slot_word(request_id, kGesWaiting)))
+                return false;
+            continue;  // the backend moved first
+        }
+        if (w != ges_slot_word(request_id, kGesSelfGranted)) return false;
+        *value = s->value;
+        *token = pgrac::ic::load_acquire(&s->token);
+        if (pgrac::ic::compare_exchange(&s->word, &w, uint64_t{0})) {
+            SetLatch(&ProcGlobal->allProcs[s - g_ges->slots].procLatch);
+            return true;
+        }
+        // Reset under us: its backend exited (nothing to take over).
+        return false;
+    }
 }
 
 int ges_cache_users(uint32_t entry, uint32_t generation, int32_t* pids, int max) {

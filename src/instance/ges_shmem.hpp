@@ -38,6 +38,14 @@ inline constexpr uint32_t kGesGranted = 2;
 inline constexpr uint32_t kGesDenied = 3;
 // An LMS won the slot and is writing the token and value: the outcome follows.
 inline constexpr uint32_t kGesDelivering = 4;
+// Direct routing (docs/ges.md, "Direct routing"): the LMS registered the
+// backend's direct request in the epoch it was sent in, so the backend may
+// complete the slot itself with the master's immediate grant (DirectReady ->
+// Delivering -> SelfGranted, it writes the token and value in between); the
+// LMS frees a SelfGranted slot (-> Idle) once its registry has the grant, and
+// closes a DirectReady one (-> Waiting) at an epoch change.
+inline constexpr uint32_t kGesDirectReady = 5;
+inline constexpr uint32_t kGesSelfGranted = 6;
 
 // Uses of cached locks one backend records in its slot (more: it takes the
 // lock from the master instead).
@@ -91,6 +99,10 @@ struct GesShared {
     // Resources this node's masters handed to the node that used them most,
     // and hand-offs not acknowledged in time (each asked for a new epoch).
     uint64_t remasters, remaster_timeouts;
+    // Direct routing: requests this node's backends sent on their requester
+    // lanes, grants they took themselves, and, as a master, direct requests
+    // served and those sent back to the requester's LMS (Redirect).
+    uint64_t direct_sent, direct_taken, direct_served, direct_redirected;
     GesWaitSlot slots[1];  // n_slots of them
 };
 // Plain data only, as everything in shared memory (pg_boundary.hpp).
@@ -146,6 +158,14 @@ GesWaitSlot* ges_my_slot();
 // block (nullptr for a denial).
 bool ges_deliver(int32_t pid, uint64_t request_id, uint32_t outcome, uint64_t token = 0,
                  const pgrac::ic::ges::LockValue* value = nullptr);
+// Direct routing: opens the slot of backend `pid`, if it still waits for
+// request_id, for its own completion (Waiting -> DirectReady); true if so.
+bool ges_mark_direct(int32_t pid, uint64_t request_id);
+// Settles a direct request's slot at an epoch change: closes it if still open
+// (false), or, if the backend completed it itself, frees it and returns true
+// with the grant's token and value.
+bool ges_settle_direct(int32_t pid, uint64_t request_id, uint64_t* token,
+                       pgrac::ic::ges::LockValue* value);
 // Whether the backend that sent request_id (pid) still has its GES session: its
 // slot still belongs to pid with the same session tag. For an id that names no
 // slot, whether any slot belongs to pid. Lock-free reads only.

@@ -35,6 +35,7 @@ int pgrac_heartbeat_interval_ms = 1000;
 int pgrac_busy_poll_us = 200;
 int pgrac_ges_deadlock_timeout_ms = 1000;
 int pgrac_ges_remaster_after = 32;
+bool pgrac_ges_direct_requests = true;
 int pgrac_peer_timeout_ms = 10000;
 int pgrac_rpc_timeout_ms = 5000;
 int pgrac_tcp_paths = 1;
@@ -262,6 +263,15 @@ void define_settings() {
         "mastered on that node for the rest of the membership epoch (docs/ges.md, \"Mastership "
         "that follows use\"). 0 never hands a resource over.",
         &pgrac_ges_remaster_after, 32, 0, 1000000, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+    DefineCustomBoolVariable(
+        "cluster.ges_direct_requests",
+        "Send a new global lock request to its remote master on the backend's own lane.",
+        "The backend sends the request to the resource's master itself, on its requester lane "
+        "(cluster.requester_lanes), and takes an immediate grant from the reply: two process "
+        "wakeups fewer than through its own node's LMS and listener (docs/ges.md, \"Direct "
+        "routing\"). Conversions, cached locks and locks mastered on this node never take it. "
+        "off: every request goes through the LMS.",
+        &pgrac_ges_direct_requests, true, PGC_USERSET, 0, nullptr, nullptr, nullptr);
     DefineCustomIntVariable(
         "cluster.reply_pool_size", "Shared memory for replies larger than 512 bytes in flight.",
         "A requester that may get a large reply (a block, a batch of blocks) takes 8 kB "

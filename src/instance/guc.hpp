@@ -16,7 +16,8 @@ extern int pgrac_ges_cache_entries;  // cluster.ges_cache_entries (0: no caching
 extern int pgrac_heartbeat_interval_ms;
 extern int pgrac_busy_poll_us;
 extern int pgrac_ges_deadlock_timeout_ms;
-extern int pgrac_ges_remaster_after;  // cluster.ges_remaster_after (0: never)
+extern bool pgrac_ges_direct_requests;  // cluster.ges_direct_requests
+extern int pgrac_ges_remaster_after;    // cluster.ges_remaster_after (0: never)
 extern int pgrac_peer_timeout_ms;
 extern int pgrac_rpc_timeout_ms;
 extern int pgrac_tcp_paths;

@@ -111,6 +111,13 @@ class LmsHost final : public WorkerHost {
     bool owner_alive(uint32_t proc, uint64_t request_id) override {
         return ges_owner_alive(static_cast<int32_t>(proc), request_id);
     }
+    bool mark_direct(uint32_t proc, uint64_t request_id) override {
+        return ges_mark_direct(static_cast<int32_t>(proc), request_id);
+    }
+    bool settle_direct(uint32_t proc, uint64_t request_id, uint64_t* token,
+                       LockValue* value) override {
+        return ges_settle_direct(static_cast<int32_t>(proc), request_id, token, value);
+    }
 
     void log(WorkerLogLevel level, std::string text) override {
         std::vector<std::string>& to = level == WorkerLogLevel::Warning ? g_warnings
@@ -167,6 +174,12 @@ class LmsHost final : public WorkerHost {
                 break;
             case WorkerCounter::RemasterTimeouts:
                 count(&g->remaster_timeouts);
+                break;
+            case WorkerCounter::DirectServed:
+                count(&g->direct_served);
+                break;
+            case WorkerCounter::DirectRedirected:
+                count(&g->direct_redirected);
                 break;
         }
     }
@@ -277,6 +290,37 @@ int ges_deadlock_handler(const pgrac_ic_message* msg, pgrac_ic_reply*) {
     return handle(WorkerRole::Deadlock, msg);
 }
 
+// Direct routing (docs/ges.md): a backend's request on its requester lane,
+// answered in the reply (the master's Grant, Deny or Queued, encoded).
+std::vector<uint8_t> g_direct_reply;
+
+int ges_direct_handler(const pgrac_ic_message* msg, pgrac_ic_reply* reply) {
+    if (reply == nullptr) return PGRAC_IC_OK;  // an RPC only
+    char err[256];
+    g_direct_reply.clear();
+    const bool ok = guarded(
+        [&] {
+            g_direct_reply = worker(worker_index_of(msg))
+                                 .handle_direct(static_cast<uint16_t>(msg->src_node),
+                                                static_cast<const uint8_t*>(msg->body), msg->len,
+                                                unix_time_us());
+        },
+        err, sizeof err);
+    flush();
+    if (!ok) ereport(LOG, (errmsg("pgrac_ic GES direct request failed: %s", err)));
+    if (!ok || g_direct_reply.empty() || g_direct_reply.size() > reply->capacity) {
+        const char* why = ok ? "malformed direct GES request" : "GES direct request failed";
+        shared()->errors.add(ErrorType::MalformedFrame, Severity::Warning,
+                             static_cast<int>(msg->src_node), unix_time_us(), why);
+        reply->len = static_cast<uint32_t>(strlen(why) + 1);
+        memcpy(reply->body, why, reply->len);
+        return PGRAC_IC_HANDLER_ERROR;
+    }
+    memcpy(reply->body, g_direct_reply.data(), g_direct_reply.size());
+    reply->len = static_cast<uint32_t>(g_direct_reply.size());
+    return PGRAC_IC_OK;
+}
+
 // View RPC reply: u32 n_lms | u32 rows | u8 truncated | rows of
 //   u8 len, resource text | u16 master | u16 node | u32 pid | u8 mode
 //   | u8 held_mode | u8 state | i64 since (Unix us) | u64 fencing token (0: none)
@@ -344,6 +388,7 @@ void register_ges_handlers() {
     put_handler(kMsgGesReply, "ges reply", ges_reply_handler);
     put_handler(kMsgGesView, "ges view", ges_view_handler);
     put_handler(kMsgGesDeadlock, "ges deadlock search", ges_deadlock_handler);
+    put_handler(kMsgGesDirect, "ges direct request", ges_direct_handler);
 }
 
 void lms_start(int worker_index) {

@@ -14,6 +14,7 @@ namespace pgrac::glue {
 using ic::kMsgBlockFetch;
 using ic::kMsgGesClient;
 using ic::kMsgGesDeadlock;
+using ic::kMsgGesDirect;
 using ic::kMsgGesMaster;
 using ic::kMsgGesReply;
 using ic::kMsgGesView;

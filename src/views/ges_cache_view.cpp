@@ -83,7 +83,7 @@ Datum pgrac_ges_stats(PG_FUNCTION_ARGS) {
         ges_cache_unlock(part);
     }
     auto rd = [](uint64_t* p) { return counter_datum(pgrac::ic::load_relaxed(p)); };
-    constexpr int kCols = 23;
+    constexpr int kCols = 27;
     Datum v[kCols];
     bool nulls[kCols];
     memset(nulls, 0, sizeof nulls);
@@ -111,5 +111,9 @@ Datum pgrac_ges_stats(PG_FUNCTION_ARGS) {
     v[i++] = rd(&g->value_invalidations);
     v[i++] = rd(&g->remasters);
     v[i++] = rd(&g->remaster_timeouts);
+    v[i++] = rd(&g->direct_sent);
+    v[i++] = rd(&g->direct_taken);
+    v[i++] = rd(&g->direct_served);
+    v[i++] = rd(&g->direct_redirected);
     PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(desc, v, nulls)));
 }

@@ -19,6 +19,7 @@ extern "C" {
 #include "capi/errors.hpp"
 #include "capi/ges/lock_client.hpp"
 #include "capi/ges/lock_wait.hpp"
+#include "capi/requester_path.hpp"
 #include "ic/base/atomics.hpp"
 #include "ic/ges/node_cache.hpp"
 #include "ic/ges/wire.hpp"
@@ -83,12 +84,13 @@ Owner my_owner() {
 // 0 on failure (message in err).
 size_t encode_msg(GesMsgType type, const ResourceName* r, LockMode mode, uint64_t request_id,
                   uint8_t flags, uint32_t timeout_ms, DenyReason reason, const LockValue* value,
-                  uint8_t* out, char* err, size_t errlen) {
+                  uint32_t epoch, uint8_t* out, char* err, size_t errlen) {
     size_t n = 0;
     const bool ok = guarded(
         [&] {
             GesMessage m;
             m.type = type;
+            m.epoch = epoch;
             m.owner = my_owner();
             if (r) m.resource = *r;
             m.mode = mode;
@@ -118,11 +120,11 @@ uint32_t ges_shard_of(const ResourceName& r) {
 
 int ges_send_client(GesMsgType type, const ResourceName* r, uint32_t route_key, LockMode mode,
                     uint64_t request_id, uint8_t flags, uint32_t timeout_ms, DenyReason reason,
-                    int wait_ms, const LockValue* value) {
+                    int wait_ms, const LockValue* value, uint32_t epoch) {
     uint8_t body[kEncodeMax];
     char err[256];
-    const size_t n = encode_msg(type, r, mode, request_id, flags, timeout_ms, reason, value, body,
-                                err, sizeof err);
+    const size_t n = encode_msg(type, r, mode, request_id, flags, timeout_ms, reason, value, epoch,
+                                body, err, sizeof err);
     if (n == 0) ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("pgrac_ic: %s", err)));
     return pgrac_ic_send(pgrac_node_id, ic::kMsgGesClient, route_key, body,
                          static_cast<uint32_t>(n), PGRAC_IC_CONTROL, wait_ms);
@@ -435,6 +437,96 @@ void ges_forget_held() {
     g_nheld = 0;
 }
 
+// ---- direct routing (docs/ges.md, "Direct routing")
+
+namespace {
+
+// The resource's home master in the committed view, if it is another node
+// this one could send to directly, and the view's epoch; 0 otherwise.
+uint16_t direct_master(const ResourceName& r, uint32_t* epoch) {
+    IcShared* shm = shared();
+    if (shm == nullptr || !pgrac_ges_direct_requests) return 0;
+    const View v = committed_view(&shm->membership);
+    if (!has_node(v.members, static_cast<uint16_t>(pgrac_node_id))) return 0;
+    const NodeMask masters = v.members & ~witness_mask();
+    uint16_t live[64];
+    int n = 0;
+    for (uint16_t id = 1; id <= 64; id++)  // no allocation here
+        if (has_node(masters, id)) live[n++] = id;
+    if (n == 0) return 0;
+    uint16_t master = 0;
+    char err[128];
+    if (!guarded([&] { master = master_for(r, std::vector<uint16_t>(live, live + n)); }, err,
+                 sizeof err) ||
+        master == static_cast<uint16_t>(pgrac_node_id))
+        return 0;
+    *epoch = v.epoch;
+    return master;
+}
+
+enum class Direct : uint8_t {
+    Taken,     // granted at once: the slot completed by this backend
+    Wait,      // the answer comes through this node's LMS
+    Fallback,  // not served on the direct path: the LMS sends it
+};
+
+// The master's answer, handed to this node's LMS (as the master's reply).
+int relay_answer(const ResourceName& r, const uint8_t* answer, uint32_t len) {
+    return pgrac_ic_send(pgrac_node_id, ic::kMsgGesClient, route_key_for(r), answer, len,
+                         PGRAC_IC_CONTROL, -1);
+}
+
+// The direct request (body, registered with this node's LMS already) on
+// this backend's requester lane to master, and what its answer means.
+Direct direct_attempt(GesWaitSlot* slot, const ResourceName& r, uint64_t id, const uint8_t* body,
+                      size_t n, uint16_t master) {
+    uint8_t answer[kEncodeMax];
+    uint32_t len = 0;
+    const int rc = requester_lane_call(master, ic::kMsgGesDirect, route_key_for(r), body,
+                                       static_cast<uint32_t>(n), answer, sizeof answer, &len,
+                                       pgrac_rpc_timeout_ms);
+    if (rc != PGRAC_IC_OK) return Direct::Fallback;  // not sent, failed, or timed out
+    GesShared* g = ges_shared();
+    if (g != nullptr) pgrac::ic::count(&g->direct_sent);
+    GesMessage a;
+    char err[128];
+    bool decoded = false;
+    if (!guarded([&] { decoded = decode_ges_message(answer, len, &a) == GesWireError::None; }, err,
+                 sizeof err) ||
+        !decoded || a.owner != my_owner() || a.request_id != id || !(a.resource == r))
+        return Direct::Fallback;
+    switch (a.type) {
+        case GesMsgType::Queued:
+            return Direct::Wait;
+        case GesMsgType::Deny:
+            if (a.reason == DenyReason::Redirect) return Direct::Fallback;
+            return relay_answer(r, answer, len) == PGRAC_IC_OK ? Direct::Wait : Direct::Fallback;
+        case GesMsgType::Grant: {
+            // Ours to complete only if the LMS opened the slot (registered in
+            // the grant's epoch, not settled since): Delivering, the token and
+            // value, then SelfGranted, which the LMS frees once it has the grant.
+            uint64_t expected = ges_slot_word(id, kGesDirectReady);
+            if (a.epoch != 0 &&
+                compare_exchange(&slot->word, &expected, ges_slot_word(id, kGesDelivering))) {
+                slot->value = a.value;
+                store_release(&slot->token, a.token);
+                store_release(&slot->word, ges_slot_word(id, kGesSelfGranted));
+                if (g != nullptr) pgrac::ic::count(&g->direct_taken);
+                const int sent = relay_answer(r, answer, len);
+                // Not queued (no listener?): the grant is given back (ges_abandon).
+                if (sent != PGRAC_IC_OK)
+                    raise_status(sent, pgrac_node_id, "global lock grant", nullptr, 0);
+                return Direct::Taken;
+            }
+            return relay_answer(r, answer, len) == PGRAC_IC_OK ? Direct::Wait : Direct::Fallback;
+        }
+        default:
+            return Direct::Fallback;
+    }
+}
+
+}  // namespace
+
 // ---- lock, unlock, unlock all
 
 namespace {
@@ -566,15 +658,39 @@ bool ges_lock(const ResourceName& r, LockMode mode, int timeout_ms) {
     // From the armed slot to the end of the wait, any error (a cancel, a
     // failed send, anything raised in between) withdraws the request and
     // gives back a grant that won the race.
+    // A new lock mastered on another node goes there on this backend's own
+    // lane (direct routing), registered with the LMS at the same time.
+    uint32_t direct_epoch = 0;
+    const uint16_t direct_to = h == nullptr ? direct_master(r, &direct_epoch) : 0;
     PG_TRY();
     {
         // Room in the send queue is waited for within the caller's limit.
-        const int rc =
-            ges_send_client(cached_conversion ? GesMsgType::Convert : GesMsgType::Request, &r,
-                            route_key_for(r), mode, id, flags, wire_timeout, DenyReason::Cancelled,
-                            limit_ms >= 0 ? static_cast<int>(limit_ms) : -1, write);
+        const int rc = ges_send_client(
+            cached_conversion ? GesMsgType::Convert : GesMsgType::Request, &r, route_key_for(r),
+            mode, id, direct_to != 0 ? static_cast<uint8_t>(flags | kDirect) : flags, wire_timeout,
+            DenyReason::Cancelled, limit_ms >= 0 ? static_cast<int>(limit_ms) : -1, write,
+            direct_epoch);
         sent = rc == PGRAC_IC_OK;
-        if (rc != PGRAC_IC_OK) {
+        Direct path = Direct::Wait;
+        if (rc == PGRAC_IC_OK && direct_to != 0) {
+            uint8_t body[kEncodeMax];
+            char err[256];
+            const size_t n = encode_msg(
+                GesMsgType::Request, &r, mode, id, static_cast<uint8_t>(flags | kDirect),
+                wire_timeout, DenyReason::Cancelled, nullptr, direct_epoch, body, err, sizeof err);
+            path = n == 0 ? Direct::Fallback : direct_attempt(slot, r, id, body, n, direct_to);
+            if (path == Direct::Fallback) {
+                // The LMS sends it (the same request: a copy the master has
+                // already is refused there).
+                const int rc2 = ges_send_client(GesMsgType::Request, &r, route_key_for(r), mode, id,
+                                                flags, wire_timeout, DenyReason::Cancelled, -1);
+                if (rc2 != PGRAC_IC_OK)
+                    raise_status(rc2, pgrac_node_id, "global lock request", nullptr, 0);
+            }
+        }
+        if (path == Direct::Taken) {
+            word = ges_slot_word(id, kGesGranted);
+        } else if (rc != PGRAC_IC_OK) {
             // Not queued: nothing to withdraw.
             ges_disarm(slot);
             if (rc == PGRAC_IC_QUEUE_FULL && timeout_ms > 0) {

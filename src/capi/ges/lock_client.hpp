@@ -57,7 +57,8 @@ uint32_t ges_shard_of(const pgrac::ic::ges::ResourceName& r);
 int ges_send_client(pgrac::ic::ges::GesMsgType type, const pgrac::ic::ges::ResourceName* r,
                     uint32_t route_key, pgrac::ic::ges::LockMode mode, uint64_t request_id,
                     uint8_t flags, uint32_t timeout_ms, pgrac::ic::ges::DenyReason reason,
-                    int wait_ms, const pgrac::ic::ges::LockValue* value = nullptr);
+                    int wait_ms, const pgrac::ic::ges::LockValue* value = nullptr,
+                    uint32_t epoch = 0);
 // ges_send_release_all sends ReleaseAll to every local LMS worker; returns
 // the first failure (or OK).
 int ges_send_release_all(int wait_ms);

@@ -108,6 +108,15 @@ GesWaitSlot* ges_prepare() {
 }
 
 void ges_arm(GesWaitSlot* slot, const GesRequest& rq) {
+    // A grant this backend took itself (direct routing) is in the slot until
+    // the LMS has it (a moment: the relay is in its queue already).
+    while ((load_acquire(&slot->word) & 0xff) == kGesSelfGranted) {
+        ResetLatch(MyLatch);
+        if ((load_acquire(&slot->word) & 0xff) != kGesSelfGranted) break;
+        (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 1,
+                        PG_WAIT_EXTENSION);
+        CHECK_FOR_INTERRUPTS();
+    }
     GesShared* gs = ges_shared();
     g_pending =
         Pending{true, rq, gs ? load_acquire(&gs->lms_starts[ges_shard_of(rq.resource)]) : 0};
@@ -118,7 +127,9 @@ void ges_arm(GesWaitSlot* slot, const GesRequest& rq) {
 
 void ges_disarm(GesWaitSlot* slot) {
     g_pending.active = false;
-    store_release(&slot->word, uint64_t{0});
+    // A grant taken by this backend itself stays until its LMS frees it.
+    if ((load_acquire(&slot->word) & 0xff) != kGesSelfGranted)
+        store_release(&slot->word, uint64_t{0});
 }
 
 void ges_abandon(GesWaitSlot* slot, DenyReason why) {
@@ -131,15 +142,31 @@ void ges_abandon(GesWaitSlot* slot, DenyReason why) {
     // takes it as made, and a grant that won the race is kept.
     const GesRequest& rq = g_pending.rq;
     const bool down = rq.was_held && rq.mode != rq.prior && mode_at_most(rq.mode, rq.prior);
-    uint64_t expected = ges_slot_word(id, kGesWaiting);
     HOLD_INTERRUPTS();
-    // An LMS in the middle of delivering the answer finishes first.
-    while (!compare_exchange(&slot->word, &expected, uint64_t{0}) &&
-           (expected & 0xff) == kGesDelivering) {
+    // Withdraw a wait (Waiting, or DirectReady: open to this backend's own
+    // completion) by swapping it to Idle; an LMS in the middle of delivering
+    // the answer finishes first.
+    uint64_t expected = load_acquire(&slot->word);
+    for (;;) {
+        const uint32_t st = static_cast<uint32_t>(expected & 0xff);
+        if ((expected >> 32) == (id & 0xffffffffu) &&
+            (st == kGesWaiting || st == kGesDirectReady)) {
+            if (compare_exchange(&slot->word, &expected, uint64_t{0})) {
+                expected = ges_slot_word(id, kGesWaiting);  // withdrawn
+                break;
+            }
+            continue;
+        }
+        if (st != kGesDelivering) break;
         pg_spin_delay();
-        expected = ges_slot_word(id, kGesWaiting);
+        expected = load_acquire(&slot->word);
     }
-    if ((expected & 0xff) == kGesWaiting && (expected >> 32) == (id & 0xffffffffu)) {
+    if ((expected & 0xff) == kGesSelfGranted) {
+        // Taken by this backend itself, but its relay to the LMS failed: the
+        // LMS still has the request waiting; give the grant back through it.
+        (void)ges_send_client(GesMsgType::Release, &r, rk, LockMode::NL, 0, 0, 0,
+                              DenyReason::Cancelled, 1000);
+    } else if ((expected & 0xff) == kGesWaiting && (expected >> 32) == (id & 0xffffffffu)) {
         if (!down || rq.cached)
             (void)ges_send_client(GesMsgType::Cancel, &r, rk, LockMode::NL, id, 0, 0, why, 1000);
     } else if ((expected & 0xff) == kGesGranted && down) {
@@ -169,7 +196,7 @@ void ges_wait_answer(GesWaitSlot* slot, int timeout_ms, int64_t limit_ms, uint64
             pg_spin_delay();
             *word = load_acquire(&slot->word);
         }
-        if ((*word & 0xff) != kGesWaiting) return;
+        if ((*word & 0xff) != kGesWaiting && (*word & 0xff) != kGesDirectReady) return;
         long wait_ms = 1000;
         if (limit_ms >= 0) {
             const int64_t left =

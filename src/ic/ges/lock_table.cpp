@@ -684,6 +684,16 @@ size_t LockTable::locks_on(const ResourceName& name) const {
     return it == resources_.end() ? 0 : it->second.holders.size() + it->second.waiters.size();
 }
 
+bool LockTable::has_lock(Owner o, const ResourceName& name) const {
+    auto it = resources_.find(name);
+    if (it == resources_.end()) return false;
+    for (const Lock& l : it->second.holders)
+        if (l.owner == o) return true;
+    for (const Lock& l : it->second.waiters)
+        if (l.owner == o) return true;
+    return false;
+}
+
 size_t LockTable::drop_unmastered(const std::vector<uint16_t>& live) {
     size_t dropped = 0;
     for (auto it = resources_.begin(); it != resources_.end();) {

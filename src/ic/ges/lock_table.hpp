@@ -145,6 +145,8 @@ class LockTable {
     bool import_resource(const ResourceName& name, const ResourceState& st, int64_t now,
                          Events* ev);
     size_t locks_on(const ResourceName& name) const;
+    // Whether `o` holds or waits for a lock on `name` here.
+    bool has_lock(Owner o, const ResourceName& name) const;
 
     // Forgets resources that `live` no longer maps to self; returns how many.
     size_t drop_unmastered(const std::vector<uint16_t>& live);

@@ -54,6 +54,8 @@ const char* deny_reason_name(DenyReason r) {
             return "not_held";
         case DenyReason::NoQuorum:
             return "no_quorum";
+        case DenyReason::Redirect:
+            return "redirect";
     }
     return "unknown";
 }

@@ -86,8 +86,14 @@ const char* lock_state_name(LockState s);  // "granted", "converting", "waiting"
 // Request flags (wire encoding).
 enum RequestFlag : uint8_t {
     kNoWait = 0x01,  // deny at once (DenyReason::NoWait) instead of queueing
+    // Direct routing (docs/ges.md, "Direct routing"): the backend sends this
+    // request to the master itself, on its requester lane; its LMS only
+    // registers it (a backend -> its LMS), and the master answers in the RPC.
+    kDirect = 0x02,
 };
-inline constexpr uint8_t kKnownRequestFlags = 0x01;
+inline constexpr uint8_t kKnownRequestFlags = 0x03;
+// A replay or hand-off entry carries only what a waiting request keeps.
+inline constexpr uint8_t kKnownEntryFlags = kNoWait;
 
 // Why a request or conversion was not granted. Values are the wire encoding.
 enum class DenyReason : uint8_t {
@@ -98,8 +104,12 @@ enum class DenyReason : uint8_t {
     AlreadyPending = 5,  // the owner already has a request pending on this resource
     NotHeld = 6,         // convert() of a resource the owner does not hold
     NoQuorum = 7,        // this node is not a member with a valid lease (fenced, joining)
+    // Not served on the direct path (another epoch, a barrier, not the home
+    // master, a message of the owner about the resource still on the LMS
+    // path): the request goes through the requester's LMS instead.
+    Redirect = 8,
 };
-inline constexpr uint8_t kMaxDenyReason = 7;
+inline constexpr uint8_t kMaxDenyReason = 8;
 const char* deny_reason_name(DenyReason r);  // "nowait", "deadlock", ...
 
 enum class EventType : uint8_t {

@@ -74,7 +74,7 @@ GesWireError check_entry(const ReplayEntry& e) {
     if (!node_ok(e.owner.node)) return GesWireError::BadNode;
     if (e.request_id == 0) return GesWireError::BadRequestId;
     if (!mode_ok(e.granted_mode) || !mode_ok(e.requested_mode)) return GesWireError::BadMode;
-    if ((e.flags & ~kKnownRequestFlags) != 0) return GesWireError::BadFlags;
+    if ((e.flags & ~kKnownEntryFlags) != 0) return GesWireError::BadFlags;
     switch (e.state) {
         case LockState::Granted:
             if (e.requested_mode != e.granted_mode) return GesWireError::BadState;
@@ -163,6 +163,7 @@ GesWireError check_message(const GesMessage& m) {
             if (!cancel_reason_ok(m.reason)) return GesWireError::BadReason;
             break;
         case GesMsgType::Grant:
+        case GesMsgType::Queued:
             if (!mode_ok(m.mode)) return GesWireError::BadMode;
             break;
         case GesMsgType::Bast:
@@ -343,6 +344,8 @@ const char* ges_msg_type_name(GesMsgType t) {
             return "moved";
         case GesMsgType::Drained:
             return "drained";
+        case GesMsgType::Queued:
+            return "queued";
     }
     return "unknown";
 }
@@ -419,6 +422,9 @@ bool operator==(const GesMessage& a, const GesMessage& b) {
         case GesMsgType::Deny:
             return a.owner == b.owner && a.request_id == b.request_id && a.mode == b.mode &&
                    a.reason == b.reason && a.resource == b.resource;
+        case GesMsgType::Queued:
+            return a.owner == b.owner && a.request_id == b.request_id && a.mode == b.mode &&
+                   a.resource == b.resource;
         case GesMsgType::Replay:
             return a.flags == b.flags && a.entries == b.entries;
         case GesMsgType::WaitHint:
@@ -494,6 +500,12 @@ GesWireError encode_ges_message(const GesMessage& m, std::vector<uint8_t>* out) 
             w.le<uint64_t>(m.request_id);
             w.le<uint8_t>(static_cast<uint8_t>(m.mode));
             w.le<uint8_t>(static_cast<uint8_t>(m.reason));
+            put_resource(w, m.resource);
+            break;
+        case GesMsgType::Queued:
+            put_owner(w, m.owner);
+            w.le<uint64_t>(m.request_id);
+            w.le<uint8_t>(static_cast<uint8_t>(m.mode));
             put_resource(w, m.resource);
             break;
         case GesMsgType::Replay:
@@ -614,6 +626,12 @@ GesWireError decode_ges_message(const uint8_t* in, size_t len, GesMessage* out) 
             m.request_id = r.le<uint64_t>();
             m.mode = static_cast<LockMode>(r.le<uint8_t>());
             m.reason = static_cast<DenyReason>(r.le<uint8_t>());
+            if (!read_resource(r, &m.resource, &err)) return err;
+            break;
+        case GesMsgType::Queued:
+            m.owner = read_owner(r);
+            m.request_id = r.le<uint64_t>();
+            m.mode = static_cast<LockMode>(r.le<uint8_t>());
             if (!read_resource(r, &m.resource, &err)) return err;
             break;
         case GesMsgType::Replay: {

@@ -22,6 +22,8 @@
 //   Bast              owner (the holder), u64 grant's request_id, u8 blocked mode (not NL),
 //                     resource
 //   Deny              owner, u64 request_id, u8 mode, u8 reason, resource
+//   Queued            owner, u64 request_id, u8 mode, resource (the answer to a direct
+//                     Request that waits: docs/ges.md, "Direct routing")
 //   Replay            u8 flags (bit 0: last batch from this node), u8 reserved (0), u16 count,
 //                     count entries: owner, u64 request_id, i64 since, u8 state,
 //                     u8 granted_mode, u8 requested_mode, u8 flags, u64 token, resource,
@@ -98,8 +100,11 @@ enum class GesMsgType : uint8_t {
     Forwarded = 18,   // home -> new master: a message of another node about the resource
     Moved = 19,       // new master -> a client node: the resource is mastered here now
     Drained = 20,     // home -> new master: your own earlier messages came back; go local
+    // Direct routing (docs/ges.md): the master's answer to a direct Request
+    // that waits (its grant or denial comes later, through the requester's LMS).
+    Queued = 21,
 };
-inline constexpr uint8_t kMaxGesMsgType = 20;
+inline constexpr uint8_t kMaxGesMsgType = 21;
 const char* ges_msg_type_name(GesMsgType t);
 
 enum ReplayFlag : uint8_t { kReplayLast = 0x01 };

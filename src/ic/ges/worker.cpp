@@ -271,6 +271,7 @@ void Worker::drop_everything(const char* why) {
     after_transfer_.clear();
     clear_cache();
     registry_ = ClientRegistry();
+    direct_.clear();  // their slots were denied above
     held_tokens_.clear();
     mirror_.clear();
     basted_.clear();
@@ -279,6 +280,10 @@ void Worker::drop_everything(const char* why) {
 }
 
 void Worker::stop_serving() {
+    // (direct_ stays: the next epoch settles those slots, as it replays the
+    // registry's requests.)
+    owner_ids_.clear();
+    owner_ids_full_ = false;
     count_value_invalidations();
     table_ = LockTable(self_, table_options());
     invalidations_seen_ = 0;
@@ -328,6 +333,11 @@ void Worker::start_epoch(const View& v, int64_t now) {
     else
         log(WorkerLogLevel::Debug, "GES (LMS " + std::to_string(index_) + "): epoch " +
                                        std::to_string(epoch_) + "; rebuilding the shard");
+    // Direct requests: a grant a backend took itself is the registry's now;
+    // the rest are answered through this worker from here on.
+    settle_direct_requests(now);
+    owner_ids_.clear();
+    owner_ids_full_ = false;
     // Client side: every master gets our locks it masters now.
     std::map<uint16_t, std::vector<ReplayEntry>> by_master;
     for (ReplayEntry e : registry_.locks()) {
@@ -833,11 +843,31 @@ void Worker::on_client(const GesMessage& m, int64_t now) {
     switch (m.type) {
         case GesMsgType::Request:
         case GesMsgType::Convert: {
+            if (m.type == GesMsgType::Request && (m.flags & kDirect) != 0) {
+                register_direct(m, now);
+                return;
+            }
             // The backend resends a request after a restart of this worker
             // (the old process may have taken it unrecorded): one we have
             // is not new; a grant of it that never reached the slot is
             // delivered again.
             auto have = registry_.find(m.owner, m.resource);
+            auto d = direct_.find(k);
+            if (have && have->request_id == m.request_id && d != direct_.end() &&
+                d->second == m.request_id && have->state == LockState::Waiting) {
+                // A direct request the master did not serve (or whose RPC
+                // failed): it goes the usual way now, its slot closed to the
+                // backend's own completion first.
+                direct_.erase(d);
+                uint64_t token = 0;
+                LockValue value;
+                if (host_.settle_direct(m.owner.proc, m.request_id, &token, &value)) {
+                    adopt_direct_grant(m.owner, m.resource, m.request_id, token, value, now);
+                    return;
+                }
+                to_master(m, now);
+                return;
+            }
             if (have && have->request_id == m.request_id) {
                 if (have->state == LockState::Granted) {
                     auto t = held_tokens_.find(k);
@@ -862,7 +892,21 @@ void Worker::on_client(const GesMessage& m, int64_t now) {
         case GesMsgType::CacheNotify:
             cache_look(m.resource, now);
             return;
+        case GesMsgType::Grant:
+        case GesMsgType::Deny: {
+            // The master's answer to a direct request, relayed by the backend
+            // that got it in its RPC's reply: taken as that master's reply,
+            // for a request registered here (docs/ges.md, "Direct routing").
+            auto e = registry_.find(m.owner, m.resource);
+            if (!e || e->request_id != m.request_id || e->state != LockState::Waiting ||
+                (m.request_id & kInternalRequestId) != 0 || m.owner.proc == kNodeOwnerProc)
+                return;
+            direct_.erase(k);
+            on_reply(master_for(m.resource, masters_), m, now);
+            return;
+        }
         case GesMsgType::Release:
+            direct_.erase(k);
             if (keep_in_cache(m.owner, m.resource, m.value, now)) return;
             basted_.erase(k);
             early_basts_.erase(k);
@@ -874,9 +918,11 @@ void Worker::on_client(const GesMessage& m, int64_t now) {
             to_master(m, now);
             return;
         case GesMsgType::ReleaseAll:
+            erase_owner(&direct_, m.owner);
             release_owner(m.owner, now);
             return;
         case GesMsgType::Cancel: {
+            direct_.erase(k);
             if (cancel_after_transfer(m)) return;
             auto cv = conversions_.find(k);
             if (cv != conversions_.end() &&
@@ -967,6 +1013,7 @@ void Worker::on_master(uint16_t src, const GesMessage& m, int64_t now) {
         refuse_source(src, m, "it names an owner of another node");
         return;
     }
+    if (!replay) note_owner_id(src, m);
     if (!replay && m.type != GesMsgType::ReleaseAll && !hosted(m.resource)) {
         if (master_for(m.resource, masters_) != self_) {
             refuse_source(src, m, "this node is not the resource's master in this epoch");
@@ -992,7 +1039,7 @@ void Worker::on_master(uint16_t src, const GesMessage& m, int64_t now) {
             rq.resource = m.resource;
             rq.mode = m.mode;
             rq.request_id = m.request_id;
-            rq.flags = m.flags;
+            rq.flags = static_cast<uint8_t>(m.flags & kKnownEntryFlags);
             rq.now = now;
             rq.deadline = m.timeout_ms ? now + static_cast<int64_t>(m.timeout_ms) * 1000 : 0;
             rq.value = m.value;
@@ -1236,7 +1283,7 @@ void Worker::to_master(const GesMessage& msg, int64_t now) {
 // bits that number the local takes of the lock once the node caches it.
 // One master per resource and epoch, and epochs only grow: so a resource's
 // tokens grow strictly across the cluster (docs/ges.md, "Fencing tokens").
-void Worker::dispatch(const Events& ev, int64_t now) {
+void Worker::dispatch(const Events& ev, int64_t now, Capture* capture) {
     for (const Event& e : ev) {
         GesMessage r = message_for_event(e);
         r.epoch = epoch_;
@@ -1251,6 +1298,13 @@ void Worker::dispatch(const Events& ev, int64_t now) {
             // ask for a new epoch: tokens must only grow.
             if (grant_seq_ == (1u << (31 - kCacheTokenBits))) host_.request_new_epoch();
             tokens_[Key{e.resource, e.owner}] = r.token;
+        }
+        if (capture != nullptr && !capture->got && e.owner == capture->owner &&
+            e.request_id == capture->request_id &&
+            (e.type == EventType::Granted || e.type == EventType::Denied)) {
+            capture->answer = r;  // goes back in the direct request's reply
+            capture->got = true;
+            continue;
         }
         if (e.owner.node == self_) {
             on_reply(self_, r, now);
@@ -1641,6 +1695,7 @@ bool Worker::convert_cached_now(const GesMessage& m, int64_t now) {
     // ... and its conversion goes to the master like any (FIFO after the Transfer).
     GesMessage rq = m;
     rq.type = GesMsgType::Request;
+    rq.flags = static_cast<uint8_t>(rq.flags & kKnownEntryFlags);
     if (!registry_.on_request(m.owner, m.resource, m.mode, m.request_id, rq.flags, now, m.value)) {
         host_.deliver_denial(m.owner.proc, m.request_id, DenyReason::AlreadyPending);
         return true;
@@ -1680,7 +1735,8 @@ void Worker::cache_tick(int64_t now) {
 // A backend's request that goes to the master as its own lock.
 void Worker::direct_request(const GesMessage& m, int64_t now) {
     const Key k{m.resource, m.owner};
-    if (!registry_.on_request(m.owner, m.resource, m.mode, m.request_id, m.flags, now, m.value)) {
+    if (!registry_.on_request(m.owner, m.resource, m.mode, m.request_id,
+                              static_cast<uint8_t>(m.flags & kKnownEntryFlags), now, m.value)) {
         host_.deliver_denial(m.owner.proc, m.request_id, DenyReason::AlreadyPending);
         return;
     }
@@ -2020,6 +2076,181 @@ void Worker::clear_cache() {
         }
         host_.unlock_cache_partition(part);
     }
+}
+
+// ---- direct routing (docs/ges.md, "Direct routing")
+//
+// A backend sends a new request for a resource mastered on another node to
+// that node's LMS itself, on its requester lane, and registers it with its own
+// LMS (Request flagged kDirect) at the same time. The master answers in the
+// RPC's reply: a grant the backend may take itself if this worker opened its
+// slot for it (mark_direct: registered in the epoch the backend sent it in),
+// and then relays to this worker, which records it (the registry learns of a
+// grant before or as its backend uses it; an epoch change in between settles
+// the slot: settle_direct). Everything later (a grant after a wait, a denial,
+// BASTs) comes the usual way.
+
+// Why the master does not serve this direct request (nullptr: it does).
+const char* Worker::direct_refusal(uint16_t src, const GesMessage& m) const {
+    if (!member_ || epoch_ == 0 || replaying_) return "this worker is not serving";
+    if (m.epoch != epoch_) return "of another epoch";
+    if (!std::binary_search(live_.begin(), live_.end(), src) || src == self_ ||
+        m.owner.node != src || (m.request_id & kInternalRequestId) != 0 ||
+        m.owner.proc == kNodeOwnerProc)
+        return "wrong source";
+    if (master_for(m.resource, masters_) != self_ || hosted(m.resource) ||
+        handed_off_.count(m.resource) != 0)
+        return "not the resource's home master now";
+    if (owner_ids_full_) return "too many owners in this epoch";
+    auto o = owner_ids_.find(m.owner);
+    // A later message of the owner came first (the cancel of this very
+    // request, say): this one is stale.
+    if (o != owner_ids_.end() && m.request_id <= o->second) return "stale";
+    // The owner's earlier message about the resource (a release, a cancel)
+    // is still on its way through its LMS: the request must go after it.
+    if (table_.has_lock(m.owner, m.resource)) return "busy";
+    return nullptr;
+}
+
+// The highest request id of each owner, whichever path it came by (a
+// ReleaseAll ends the owner: no direct request of it is served any more in
+// this epoch).
+void Worker::note_owner_id(uint16_t src, const GesMessage& m) {
+    (void)src;
+    uint64_t id = m.request_id;
+    if (m.type == GesMsgType::ReleaseAll)
+        id = UINT64_MAX;
+    else if ((m.type != GesMsgType::Request && m.type != GesMsgType::Convert &&
+              m.type != GesMsgType::Cancel) ||
+             id == 0 || (id & kInternalRequestId) != 0)
+        return;
+    auto it = owner_ids_.find(m.owner);
+    if (it != owner_ids_.end()) {
+        it->second = std::max(it->second, id);
+        return;
+    }
+    if (owner_ids_.size() >= kMaxDirectOwners) {
+        if (!owner_ids_full_)
+            log(WorkerLogLevel::Log, "GES (LMS " + std::to_string(index_) +
+                                         "): " + std::to_string(kMaxDirectOwners) +
+                                         " owners in epoch " + std::to_string(epoch_) +
+                                         "; direct requests go through their LMS until the next");
+        owner_ids_full_ = true;
+        return;
+    }
+    owner_ids_.emplace(m.owner, id);
+}
+
+std::vector<uint8_t> Worker::handle_direct(uint16_t src, const uint8_t* body, size_t len,
+                                           int64_t now) {
+    GesMessage m;
+    if (decode_ges_message(body, len, &m) != GesWireError::None || m.type != GesMsgType::Request ||
+        (m.flags & kDirect) == 0)
+        return {};
+    check_membership(now);
+    GesMessage a;
+    a.epoch = epoch_;
+    a.owner = m.owner;
+    a.resource = m.resource;
+    a.mode = m.mode;
+    a.request_id = m.request_id;
+    const char* why = direct_refusal(src, m);
+    if (why != nullptr) {
+        if (std::string(why) == "wrong source") refuse_source(src, m, "a direct request");
+        host_.count(WorkerCounter::DirectRedirected);
+        a.type = GesMsgType::Deny;
+        a.reason = DenyReason::Redirect;
+    } else {
+        host_.count(WorkerCounter::DirectServed);
+        note_owner_id(src, m);
+        note_use(m.resource, src, now);
+        LockRequest rq;
+        rq.owner = m.owner;
+        rq.resource = m.resource;
+        rq.mode = m.mode;
+        rq.request_id = m.request_id;
+        rq.flags = static_cast<uint8_t>(m.flags & ~kDirect);
+        rq.now = now;
+        rq.deadline = m.timeout_ms ? now + static_cast<int64_t>(m.timeout_ms) * 1000 : 0;
+        rq.value = m.value;
+        Capture c;
+        c.owner = m.owner;
+        c.request_id = m.request_id;
+        dispatch(table_.request(rq), now, &c);
+        count_value_invalidations();
+        if (c.got)
+            a = c.answer;
+        else
+            a.type = GesMsgType::Queued;
+    }
+    run_hand_offs(now);
+    std::vector<uint8_t> out;
+    if (encode_ges_message(a, &out) != GesWireError::None) out.clear();
+    return out;
+}
+
+// Client side: a backend's direct request, registered as any request; the
+// slot is opened for the backend's own completion when the backend sent it
+// in this worker's epoch to the master this worker would have sent it to.
+// Otherwise it goes to the master from here as well (the master refuses the
+// direct copy, or serves it in a table that is gone).
+void Worker::register_direct(const GesMessage& m, int64_t now) {
+    GesMessage plain = m;
+    plain.flags = static_cast<uint8_t>(m.flags & ~kDirect);
+    const Key k{m.resource, m.owner};
+    auto have = registry_.find(m.owner, m.resource);
+    if (have && have->request_id == m.request_id) return;  // a copy
+    drop_stale_entry(plain, now);
+    if (!registry_.on_request(m.owner, m.resource, m.mode, m.request_id,
+                              static_cast<uint8_t>(plain.flags & kKnownEntryFlags), now, m.value)) {
+        host_.deliver_denial(m.owner.proc, m.request_id, DenyReason::AlreadyPending);
+        return;
+    }
+    sync(m.owner, m.resource);
+    basted_.erase(k);
+    give_back_cached(m.resource, now);
+    const uint16_t home = master_for(m.resource, masters_);
+    if (epoch_ != 0 && m.epoch == epoch_ && home != self_ && master_of(m.resource) == home &&
+        host_.mark_direct(m.owner.proc, m.request_id)) {
+        direct_[k] = m.request_id;
+        return;
+    }
+    to_master(plain, now);
+}
+
+void Worker::adopt_direct_grant(Owner o, const ResourceName& r, uint64_t request_id, uint64_t token,
+                                const LockValue& value, int64_t now) {
+    const Key k{r, o};
+    registry_.on_granted(o, r, request_id, now, value);
+    orphans_.erase(k);
+    auto early = early_basts_.find(k);
+    if (early != early_basts_.end() && early->second == request_id)
+        basted_.insert(k);
+    else
+        basted_.erase(k);
+    if (early != early_basts_.end()) early_basts_.erase(early);
+    held_tokens_[k] = token;
+    sync(o, r);
+}
+
+// An epoch change (or a restart's first epoch): every waiting request of a
+// backend here is settled against its slot. A grant the backend took itself
+// becomes the registry's, so the replay carries it; a slot still open is
+// closed, so that a grant of the old epoch is never taken (the replay carries
+// the request to the new master, whose answer comes through this worker).
+void Worker::settle_direct_requests(int64_t now) {
+    std::vector<ReplayEntry> waiting;
+    for (const ReplayEntry& e : registry_.locks())
+        if (e.owner.node == self_ && e.state == LockState::Waiting &&
+            e.owner.proc != kNodeOwnerProc && (e.request_id & kInternalRequestId) == 0)
+            waiting.push_back(e);
+    for (const ReplayEntry& e : waiting) {
+        uint64_t token = 0;
+        LockValue value;
+        if (host_.settle_direct(e.owner.proc, e.request_id, &token, &value))
+            adopt_direct_grant(e.owner, e.resource, e.request_id, token, value, now);
+    }
+    direct_.clear();
 }
 
 }  // namespace pgrac::ic::ges

@@ -85,6 +85,11 @@ enum class WorkerCounter : uint8_t {
     // the node that used them most, and hand-offs not acknowledged in time.
     Remasters,
     RemasterTimeouts,
+    // Direct routing (docs/ges.md, "Direct routing"): requests this node's
+    // masters served from a requester lane, and those they sent back to the
+    // requester's LMS (Redirect).
+    DirectServed,
+    DirectRedirected,
 };
 
 class WorkerHost {
@@ -148,6 +153,18 @@ class WorkerHost {
     virtual bool deliver_denial(uint32_t proc, uint64_t request_id, DenyReason reason) = 0;
     // Whether the backend that sent request_id still has its GES session.
     virtual bool owner_alive(uint32_t proc, uint64_t request_id) = 0;
+    // Direct routing (docs/ges.md, "Direct routing"). A registered direct
+    // request: the backend's slot, if it still waits for request_id, lets the
+    // backend complete it with the master's immediate grant (true if so).
+    virtual bool mark_direct(uint32_t /*proc*/, uint64_t /*request_id*/) { return false; }
+    // At an epoch change: a slot still open for its backend's own completion
+    // is closed (the answer comes through this worker); true, with the grant's
+    // token and value, if the backend completed it itself already (the
+    // registry takes the grant over, and the slot is free again).
+    virtual bool settle_direct(uint32_t /*proc*/, uint64_t /*request_id*/, uint64_t* /*token*/,
+                               LockValue* /*value*/) {
+        return false;
+    }
 
     // ---- reporting
     virtual void log(WorkerLogLevel level, std::string text) = 0;
@@ -174,6 +191,13 @@ class Worker {
     // A message that arrived for `role` from node `src` (authenticated by the
     // interconnect): decoded as untrusted input, then acted on.
     void handle(WorkerRole role, uint16_t src, const uint8_t* body, size_t len, int64_t now);
+    // Direct routing (docs/ges.md, "Direct routing"): a backend of node src
+    // sent a Request flagged kDirect on its requester lane to this node, the
+    // resource's home master. Returns the answer for the RPC's reply, encoded:
+    // Grant, Deny, Queued (the outcome comes later through the requester's
+    // LMS), or Deny Redirect (not served here: the requester's LMS sends it).
+    // Empty: the body is not a direct Request (malformed).
+    std::vector<uint8_t> handle_direct(uint16_t src, const uint8_t* body, size_t len, int64_t now);
     // Membership changes and fencing, request deadlines, the reaper, deadlock
     // rounds (at least every 100 ms).
     void tick(int64_t now);
@@ -305,7 +329,22 @@ class Worker {
     void give_back(Owner o, const ResourceName& r, LockMode prior, int64_t now);
     void undo(Owner o, const ResourceName& r, int64_t now);
     void to_master(const GesMessage& msg, int64_t now);
-    void dispatch(const Events& ev, int64_t now);
+    // The answer to one request that dispatch() keeps instead of sending
+    // (the direct path's RPC reply).
+    struct Capture {
+        Owner owner;
+        uint64_t request_id = 0;
+        bool got = false;
+        GesMessage answer;
+    };
+    void dispatch(const Events& ev, int64_t now, Capture* capture = nullptr);
+    // Direct routing: master side, then client side.
+    const char* direct_refusal(uint16_t src, const GesMessage& m) const;
+    void note_owner_id(uint16_t src, const GesMessage& m);
+    void register_direct(const GesMessage& m, int64_t now);
+    void adopt_direct_grant(Owner o, const ResourceName& r, uint64_t request_id, uint64_t token,
+                            const LockValue& value, int64_t now);
+    void settle_direct_requests(int64_t now);
 
     WorkerHost& host_;
     uint32_t index_;
@@ -359,6 +398,16 @@ class Worker {
     std::set<ResourceName> hosted_;                    // masters here, handed by its home
     std::map<ResourceName, std::set<uint16_t>> told_;  // hosted: nodes sent Moved
     std::map<ResourceName, uint16_t> moved_;           // client: resource -> its master now
+    // Direct routing, in this epoch only. Master side: the highest request id
+    // of each owner seen on either path (a direct request at or below it
+    // arrived after a later message of its owner, e.g. the cancel of the
+    // same request: refused); past kMaxDirectOwners owners, none is served.
+    static constexpr size_t kMaxDirectOwners = 65536;
+    std::map<Owner, uint64_t> owner_ids_;
+    bool owner_ids_full_ = false;
+    // Client side: registered direct requests whose slot this worker opened
+    // for the backend's own completion (not sent to the master by us).
+    std::map<Key, uint64_t> direct_;
     std::set<ResourceName> drained_;  // hosted: this node's own messages go local now
     // hosted, not drained yet: this node's own messages since the import,
     // kept in order, and when the import was (lease clock)

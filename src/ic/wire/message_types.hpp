@@ -19,6 +19,9 @@ inline constexpr uint16_t kMsgGesMaster = 17;    // client LMS -> master LMS
 inline constexpr uint16_t kMsgGesReply = 18;     // master LMS -> client LMS (Grant/Bast/Deny)
 inline constexpr uint16_t kMsgGesView = 19;      // RPC: one worker's lock table rows
 inline constexpr uint16_t kMsgGesDeadlock = 20;  // deadlock search (docs/ges.md)
+// RPC: a backend's request to the resource's home master LMS on its requester
+// lane; the reply is the master's answer (docs/ges.md, "Direct routing").
+inline constexpr uint16_t kMsgGesDirect = 21;
 // Cache Fusion (ic/wire/block_wire.hpp).
 inline constexpr uint16_t kMsgBlockFetch = 32;  // RPC: block batch
 

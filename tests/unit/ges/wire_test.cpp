@@ -132,7 +132,7 @@ GesMessage forwarded() {
 
 bool has_owner(GesMsgType t) {
     const auto v = static_cast<uint8_t>(t);
-    return (v >= 1 && v <= 8) || v == 14 || v == 15;
+    return (v >= 1 && v <= 8) || v == 14 || v == 15 || v == 21;
 }
 
 std::vector<GesMessage> all_messages() {
@@ -425,7 +425,8 @@ TEST(GesWire, RequestFieldsAreValidated) {
         EXPECT_EQ(decode(b), GesWireError::BadRequestId);
         expect_bad(m, 22, 6, GesWireError::BadMode);
         expect_bad(m, 22, 0xff, GesWireError::BadMode);
-        expect_bad(m, 23, 0x02, GesWireError::BadFlags);
+        expect_bad(m, 23, 0x04, GesWireError::BadFlags);
+        expect_bad(m, 23, 0x02, GesWireError::None);  // kDirect
         expect_bad(m, 23, 0x80, GesWireError::BadFlags);
     }
 }
@@ -480,10 +481,10 @@ TEST(GesWire, CancelGrantBastDenyFieldsAreValidated) {
     for (size_t i = 23; i < 31; ++i)                                   // any token, zero included
         expect_bad(base(GesMsgType::Grant), i, 0, GesWireError::None);
     const GesMessage deny = base(GesMsgType::Deny);
-    EXPECT_EQ(kMaxDenyReason, 7);
+    EXPECT_EQ(kMaxDenyReason, 8);
     expect_bad(deny, 23, 0, GesWireError::BadReason);
     expect_bad(deny, 23, kMaxDenyReason + 1, GesWireError::BadReason);
-    expect_bad(deny, 23, 8, GesWireError::BadReason);
+    expect_bad(deny, 23, 9, GesWireError::BadReason);
     expect_bad(deny, 23, 0xff, GesWireError::BadReason);
     for (uint8_t r = 1; r <= kMaxDenyReason; ++r) expect_bad(deny, 23, r, GesWireError::None);
     // no_quorum (7) is a deny reason, decoded as such; 8 cannot be encoded.
@@ -495,7 +496,7 @@ TEST(GesWire, CancelGrantBastDenyFieldsAreValidated) {
     GesMessage nq = deny;
     nq.reason = DenyReason::NoQuorum;
     EXPECT_EQ(encode(nq), b);
-    nq.reason = static_cast<DenyReason>(8);
+    nq.reason = static_cast<DenyReason>(9);
     Bytes out;
     EXPECT_EQ(encode_ges_message(nq, &out), GesWireError::BadReason);
     EXPECT_TRUE(out.empty());
