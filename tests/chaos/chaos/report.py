@@ -206,6 +206,11 @@ def summary(meta, ops, unfinished, faults, fenced, res, out, violations_file=Non
         p("mastership that follows use (at the end, since each node's last start): " + ", ".join(
             "node %s %s" % (k, "not read" if v is None else "%d hand-offs, %d unacknowledged"
                             % (v[0], v[1])) for k, v in sorted(rm.items())))
+        if any(v is not None and len(v) >= 5 for v in rm.values()):
+            p("direct routing (at the end, since each node's last start): " + ", ".join(
+                "node %s %s" % (k, "not read" if v is None or len(v) < 5 else
+                                "%d grants taken by backends, %d served as master, %d redirected"
+                                % (v[2], v[3], v[4])) for k, v in sorted(rm.items())))
     val = res.get("values") or {"violations": [], "reads": 0}
     if meta.get("values"):
         p("lock value blocks: not checked (%s)" % meta["values"])
