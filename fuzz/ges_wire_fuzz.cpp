@@ -143,7 +143,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             (m.type == GesMsgType::Request || m.type == GesMsgType::Convert))
             host.waiting.insert(m.request_id);
         check_outgoing(c);
-        c.worker(1).handle(role, src, body.data(), body.size(), c.now());
+        if (role == WorkerRole::Master &&
+            decode_ges_message(body.data(), body.size(), &m) == GesWireError::None &&
+            m.type == GesMsgType::Request && (m.flags & kDirect) != 0) {
+            // A backend's direct request on its requester lane (docs/ges.md,
+            // "Direct routing"): the answer goes back in the RPC's reply.
+            const std::vector<uint8_t> answer =
+                c.worker(1).handle_direct(src, body.data(), body.size(), c.now());
+            check(!answer.empty());
+            GesMessage a;
+            check(decode_ges_message(answer.data(), answer.size(), &a) == GesWireError::None);
+            check(a.type == GesMsgType::Grant || a.type == GesMsgType::Deny ||
+                  a.type == GesMsgType::Queued);
+            check(a.owner == m.owner && a.request_id == m.request_id && a.resource == m.resource);
+            // Served only for an owner of the sending node, never for the node itself.
+            check((a.type == GesMsgType::Deny && a.reason == DenyReason::Redirect) ||
+                  (m.owner.node == src && src != 1));
+        } else {
+            c.worker(1).handle(role, src, body.data(), body.size(), c.now());
+        }
         check_outgoing(c);
         c.pump();
         check(c.tables_consistent());
