@@ -37,7 +37,16 @@ my $masters = '';
 for my $i (1 .. 60)
 {
 	my $s = $i % 2 ? $s1 : $s2;
-	$s->query_safe("SELECT pgrac_ges_lock('$r', 'EX', 20000)");
+	my $got = $s->query_safe("SELECT pgrac_ges_lock('$r', 'EX', 20000)");
+	if ($got ne 't')
+	{
+		diag("lock $i not granted; locks:\n"
+			  . $n1->safe_psql('postgres', 'SELECT * FROM pg_cluster_ges_locks')
+			  . "\ncaches:\n"
+			  . join("\n", map { $_->safe_psql('postgres', 'SELECT * FROM pg_cluster_ges_cache') } ($n1, $n2, $n3))
+			  . "\nstats:\n"
+			  . join("\n", map { $_->safe_psql('postgres', 'SELECT * FROM pg_cluster_ges_stats') } ($n1, $n2, $n3)));
+	}
 	push @tokens, $s->query_safe("SELECT pgrac_ges_lock_token('$r')");
 	$masters .= ' ' . $n1->safe_psql('postgres',
 		"SELECT master_node FROM pg_cluster_ges_locks WHERE resource = '$r' AND pid <> 0")

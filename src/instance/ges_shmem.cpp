@@ -198,6 +198,14 @@ bool ges_mark_direct(int32_t pid, uint64_t request_id) {
                                        ges_slot_word(request_id, kGesDirectReady));
 }
 
+bool ges_slot_waits(int32_t pid, uint64_t request_id) {
+    GesWaitSlot* s = slot_of(pid, request_id);
+    if (s == nullptr) return false;
+    const uint64_t w = pgrac::ic::load_acquire(&s->word);
+    return w == ges_slot_word(request_id, kGesWaiting) ||
+           w == ges_slot_word(request_id, kGesDirectReady);
+}
+
 bool ges_settle_direct(int32_t pid, uint64_t request_id, uint64_t* token,
                        pgrac::ic::ges::LockValue* value) {
     GesWaitSlot* s = slot_of(pid, request_id);
@@ -223,6 +231,34 @@ bool ges_settle_direct(int32_t pid, uint64_t request_id, uint64_t* token,
         // Reset under us: its backend exited (nothing to take over).
         return false;
     }
+}
+
+namespace {
+
+// A bit of worker w's hint for a route key (the key's low bits pick the
+// worker, so they are mixed in first).
+uint32_t moved_bit(uint32_t route_key) {
+    return (route_key * 0x9E3779B1u >> 8) % (kGesMovedWords * 64);
+}
+
+}  // namespace
+
+void ges_note_moved(uint32_t worker, uint32_t route_key) {
+    if (g_ges == nullptr || worker >= pgrac::ic::kMaxLmsWorkers) return;
+    const uint32_t b = moved_bit(route_key);
+    __atomic_fetch_or(&g_ges->moved[worker][b / 64], uint64_t{1} << (b % 64), __ATOMIC_RELAXED);
+}
+
+bool ges_maybe_moved(uint32_t worker, uint32_t route_key) {
+    if (g_ges == nullptr || worker >= pgrac::ic::kMaxLmsWorkers) return false;
+    const uint32_t b = moved_bit(route_key);
+    return (pgrac::ic::load_relaxed(&g_ges->moved[worker][b / 64]) >> (b % 64)) & 1;
+}
+
+void ges_clear_moved(uint32_t worker) {
+    if (g_ges == nullptr || worker >= pgrac::ic::kMaxLmsWorkers) return;
+    for (uint32_t i = 0; i < kGesMovedWords; i++)
+        pgrac::ic::store_release(&g_ges->moved[worker][i], uint64_t{0});
 }
 
 int ges_cache_users(uint32_t entry, uint32_t generation, int32_t* pids, int max) {

@@ -51,6 +51,9 @@ inline constexpr uint32_t kGesSelfGranted = 6;
 // lock from the master instead).
 inline constexpr int kGesSlotCachedUses = 32;
 
+// Bits of the per-worker "mastered away from its home" hint (GesShared::moved).
+inline constexpr uint32_t kGesMovedWords = 1024;
+
 struct GesWaitSlot {
     uint64_t word;
     uint64_t request_id;  // full id of the armed request
@@ -103,6 +106,10 @@ struct GesShared {
     // lanes, grants they took themselves, and, as a master, direct requests
     // served and those sent back to the requester's LMS (Redirect).
     uint64_t direct_sent, direct_taken, direct_served, direct_redirected;
+    // Per LMS worker, a bit per hash of the resources mastered away from their
+    // home in the worker's epoch (set by the worker, cleared at its epoch
+    // start): a backend sends no direct request for one (a hint only).
+    uint64_t moved[pgrac::ic::kMaxLmsWorkers][kGesMovedWords];
     GesWaitSlot slots[1];  // n_slots of them
 };
 // Plain data only, as everything in shared memory (pg_boundary.hpp).
@@ -166,6 +173,14 @@ bool ges_mark_direct(int32_t pid, uint64_t request_id);
 // with the grant's token and value.
 bool ges_settle_direct(int32_t pid, uint64_t request_id, uint64_t* token,
                        pgrac::ic::ges::LockValue* value);
+// Whether backend pid's slot is armed for request_id and still waits (Waiting
+// or DirectReady).
+bool ges_slot_waits(int32_t pid, uint64_t request_id);
+// The "mastered away from its home" hint of resource r (route_key_for(r)) in
+// LMS worker w's shard: set, test, and clear the worker's bits.
+void ges_note_moved(uint32_t worker, uint32_t route_key);
+bool ges_maybe_moved(uint32_t worker, uint32_t route_key);
+void ges_clear_moved(uint32_t worker);
 // Whether the backend that sent request_id (pid) still has its GES session: its
 // slot still belongs to pid with the same session tag. For an id that names no
 // slot, whether any slot belongs to pid. Lock-free reads only.

@@ -54,6 +54,9 @@ std::vector<std::string> g_logs;
 std::vector<std::string> g_warnings;    // WARNING
 std::vector<std::string> g_debug_logs;  // DEBUG1
 
+// The worker index this process serves (-1 until its Worker exists).
+int g_index = -1;
+
 // The worker's host in an LMS process.
 class LmsHost final : public WorkerHost {
   public:
@@ -117,6 +120,17 @@ class LmsHost final : public WorkerHost {
     bool settle_direct(uint32_t proc, uint64_t request_id, uint64_t* token,
                        LockValue* value) override {
         return ges_settle_direct(static_cast<int32_t>(proc), request_id, token, value);
+    }
+    bool slot_waits(uint32_t proc, uint64_t request_id) override {
+        return ges_slot_waits(static_cast<int32_t>(proc), request_id);
+    }
+    void note_moved(const ResourceName& r) override {
+        const uint32_t rk = route_key_for(r);
+        ges_note_moved(rk % n_lms(), rk);
+    }
+    void clear_moved() override {
+        // This process serves one worker index: whichever its route keys map to.
+        if (g_index >= 0) ges_clear_moved(static_cast<uint32_t>(g_index));
     }
 
     void log(WorkerLogLevel level, std::string text) override {
@@ -209,6 +223,7 @@ LmsHost g_host;
 Worker* g_worker = nullptr;
 
 Worker& worker(uint32_t index) {
+    if (g_worker == nullptr) g_index = static_cast<int>(index);
     if (g_worker == nullptr)
         g_worker = new Worker(g_host, index, static_cast<uint16_t>(pgrac_node_id),
                               ges_registry_mirror(index));

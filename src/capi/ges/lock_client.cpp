@@ -10,6 +10,8 @@ extern "C" {
 #include "miscadmin.h"
 }
 
+#include <sched.h>
+
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
@@ -134,8 +136,10 @@ int ges_send_release_all(int wait_ms) {
     int first = PGRAC_IC_OK;
     pgrac::ic::IcShared* shm = shared();
     for (uint32_t w = 0; shm && w < shm->n_lms; w++) {
-        const int rc = ges_send_client(GesMsgType::ReleaseAll, nullptr, w, LockMode::NL, 0, 0, 0,
-                                       DenyReason::Cancelled, wait_ms);
+        // Bounded by this session's last request: a direct request after it
+        // may reach a master first, and its lock is not this release's.
+        const int rc = ges_send_client(GesMsgType::ReleaseAll, nullptr, w, LockMode::NL,
+                                       ges_last_request_id(), 0, 0, DenyReason::Cancelled, wait_ms);
         if (rc != PGRAC_IC_OK && first == PGRAC_IC_OK) first = rc;
     }
     return first;
@@ -445,7 +449,10 @@ namespace {
 // this one could send to directly, and the view's epoch; 0 otherwise.
 uint16_t direct_master(const ResourceName& r, uint32_t* epoch) {
     IcShared* shm = shared();
-    if (shm == nullptr || !pgrac_ges_direct_requests) return 0;
+    if (shm == nullptr || !pgrac_ges_direct_requests || shm->n_lms == 0) return 0;
+    // Mastered away from its home in this epoch: the home would redirect it.
+    const uint32_t rk = route_key_for(r);
+    if (ges_maybe_moved(rk % shm->n_lms, rk)) return 0;
     const View v = committed_view(&shm->membership);
     if (!has_node(v.members, static_cast<uint16_t>(pgrac_node_id))) return 0;
     const NodeMask masters = v.members & ~witness_mask();
@@ -463,6 +470,10 @@ uint16_t direct_master(const ResourceName& r, uint32_t* epoch) {
     *epoch = v.epoch;
     return master;
 }
+
+// How long a backend with an immediate grant waits for its LMS to open its
+// slot before it hands the grant to the LMS instead.
+constexpr uint64_t kRegistrationWaitNs = 1000000;
 
 enum class Direct : uint8_t {
     Taken,     // granted at once: the slot completed by this backend
@@ -505,6 +516,12 @@ Direct direct_attempt(GesWaitSlot* slot, const ResourceName& r, uint64_t id, con
             // Ours to complete only if the LMS opened the slot (registered in
             // the grant's epoch, not settled since): Delivering, the token and
             // value, then SelfGranted, which the LMS frees once it has the grant.
+            // The registration may still be on its way to the LMS (through
+            // the listener): a moment for it, as the LMS polls.
+            const uint64_t until = monotonic_ns() + kRegistrationWaitNs;
+            while (load_acquire(&slot->word) == ges_slot_word(id, kGesWaiting) &&
+                   monotonic_ns() < until)
+                sched_yield();
             uint64_t expected = ges_slot_word(id, kGesDirectReady);
             if (a.epoch != 0 &&
                 compare_exchange(&slot->word, &expected, ges_slot_word(id, kGesDelivering))) {

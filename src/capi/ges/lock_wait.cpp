@@ -62,7 +62,8 @@ void resend_if_lms_restarted() {
     GesWaitSlot* slot = ges_my_slot();
     if (!g_pending.active || g == nullptr || slot == nullptr) return;
     // Answered meanwhile: nothing to send.
-    if ((load_acquire(&slot->word) & 0xff) != kGesWaiting) return;
+    const uint32_t st = static_cast<uint32_t>(load_acquire(&slot->word) & 0xff);
+    if (st != kGesWaiting && st != kGesDirectReady) return;
     const GesRequest& rq = g_pending.rq;
     const uint32_t w = ges_shard_of(rq.resource);
     const uint32_t starts = load_acquire(&g->lms_starts[w]);
@@ -80,6 +81,10 @@ void resend_if_lms_restarted() {
 uint64_t ges_next_request_id() {
     if (++g_id_low == 0) g_id_low = 1;
     return g_id_high | g_id_low;
+}
+
+uint64_t ges_last_request_id() {
+    return g_id_high != 0 && g_id_low != 0 ? (g_id_high | g_id_low) : 0;
 }
 
 bool ges_session_used() {

@@ -32,6 +32,8 @@ struct GesRequest {
 // preloaded); registers the exit hook the first time.
 GesWaitSlot* ges_prepare();
 // A new request id of this backend's slot and session.
+// The id of this session's last request (0: none yet).
+uint64_t ges_last_request_id();
 uint64_t ges_next_request_id();
 // Has this session sent a GES request (its locks need cleanup at exit)?
 bool ges_session_used();

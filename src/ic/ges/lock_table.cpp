@@ -347,17 +347,41 @@ Events LockTable::cancel(Owner owner, const ResourceName& resource, uint64_t req
     return ev;
 }
 
+namespace {
+
+// A lock of a later request of the same session than `bound` (ids: session
+// in the high 32 bits, a counter below; the LMS's own ids have bit 63 set).
+bool after_bound(uint64_t id, uint64_t bound) {
+    constexpr uint64_t kInternal = uint64_t{1} << 63;
+    return bound != 0 && (id & kInternal) == 0 && (id >> 32) == (bound >> 32) &&
+           (id & 0xffffffffu) > (bound & 0xffffffffu);
+}
+
+}  // namespace
+
 void LockTable::drop_owner_if(const std::vector<ResourceName>& names, Owner owner, bool whole_node,
-                              Events& ev) {
-    auto gone = [&](Owner o) { return whole_node ? o.node == owner.node : o == owner; };
+                              Events& ev, uint64_t bound) {
+    auto owned = [&](Owner o) { return whole_node ? o.node == owner.node : o == owner; };
+    // A holder granted under, or a waiter of, a request after the bound stays.
+    auto gone = [&](const Lock& l) {
+        if (!owned(l.owner)) return false;
+        const uint64_t id = l.state == LockState::Waiting ? l.request_id : l.grant_id;
+        return !after_bound(id, bound);
+    };
     for (const ResourceName& name : names) {
         Resource& r = resources_.at(name);
         // A writer gone without writing: nobody can tell what it left (VMS).
+        std::vector<Owner> dropped;
         for (const Lock& l : r.holders)
-            if (gone(l.owner)) write_value(r, l.granted, LockValue::invalid());
-        erase_if(r.holders, [&](const Lock& l) { return gone(l.owner); });
-        erase_if(r.convert, [&](Owner o) { return gone(o); });
-        erase_if(r.waiters, [&](const Lock& l) { return gone(l.owner); });
+            if (gone(l)) {
+                write_value(r, l.granted, LockValue::invalid());
+                dropped.push_back(l.owner);
+            }
+        erase_if(r.holders, gone);
+        erase_if(r.convert, [&](Owner o) {
+            return std::find(dropped.begin(), dropped.end(), o) != dropped.end();
+        });
+        erase_if(r.waiters, gone);
         settle(name, ev);
     }
 }
@@ -375,7 +399,7 @@ std::vector<ResourceName> sorted_names_where(const Map& m, Pred p) {
 
 }  // namespace
 
-Events LockTable::release_all(Owner owner, int64_t now) {
+Events LockTable::release_all(Owner owner, int64_t now, uint64_t bound) {
     now_ = now;
     Events ev;
     auto has = [owner](const Resource& r) {
@@ -383,7 +407,7 @@ Events LockTable::release_all(Owner owner, int64_t now) {
         return std::any_of(r.holders.begin(), r.holders.end(), mine) ||
                std::any_of(r.waiters.begin(), r.waiters.end(), mine);
     };
-    drop_owner_if(sorted_names_where(resources_, has), owner, false, ev);
+    drop_owner_if(sorted_names_where(resources_, has), owner, false, ev, bound);
     return ev;
 }
 
@@ -692,6 +716,42 @@ bool LockTable::has_lock(Owner o, const ResourceName& name) const {
     for (const Lock& l : it->second.waiters)
         if (l.owner == o) return true;
     return false;
+}
+
+bool LockTable::lock_ids(Owner o, const ResourceName& name, LockState* state, uint64_t* grant_id,
+                         uint64_t* request_id) const {
+    auto it = resources_.find(name);
+    if (it == resources_.end()) return false;
+    for (const std::vector<Lock>* v : {&it->second.holders, &it->second.waiters})
+        for (const Lock& l : *v)
+            if (l.owner == o) {
+                *state = l.state;
+                *grant_id = l.state == LockState::Waiting ? 0 : l.grant_id;
+                *request_id = l.request_id;
+                return true;
+            }
+    return false;
+}
+
+Events LockTable::regrant(Owner o, const ResourceName& name) const {
+    Events ev;
+    auto it = resources_.find(name);
+    if (it == resources_.end()) return ev;
+    for (const Lock& l : it->second.holders)
+        if (l.owner == o && l.state == LockState::Granted)
+            ev.push_back(granted(it->second, o, name, l.granted, l.grant_id));
+    return ev;
+}
+
+Events LockTable::withdraw_request(Owner o, const ResourceName& name, uint64_t request_id,
+                                   int64_t now) {
+    Events ev = cancel(o, name, request_id, DenyReason::Cancelled, now);
+    if (!ev.empty()) return ev;
+    auto it = resources_.find(name);
+    if (it == resources_.end()) return ev;
+    const Lock* h = find_holder(it->second, o);
+    if (h == nullptr || h->state != LockState::Granted || h->grant_id != request_id) return ev;
+    return release(o, name, now, LockValue{});
 }
 
 size_t LockTable::drop_unmastered(const std::vector<uint16_t>& live) {

@@ -110,7 +110,10 @@ class LockTable {
                   int64_t now);
     // Everything of one owner (backend exit) or of every owner on a node (node
     // dead), dropped silently; others are granted what becomes grantable.
-    Events release_all(Owner owner, int64_t now);
+    // bound (nonzero): the owner's last request id when it let everything go;
+    // a lock granted under (or a request of) a later id of the same session
+    // is its next one, come first by another path (direct routing), and stays.
+    Events release_all(Owner owner, int64_t now, uint64_t bound = 0);
     Events release_node(uint16_t node, int64_t now);
     // Denies (Timeout) every pending request whose deadline is <= now.
     Events expire(int64_t now);
@@ -147,6 +150,16 @@ class LockTable {
     size_t locks_on(const ResourceName& name) const;
     // Whether `o` holds or waits for a lock on `name` here.
     bool has_lock(Owner o, const ResourceName& name) const;
+    // o's lock on name: its state, the id it was granted under (holders) and
+    // the id of its pending request; false if o has none.
+    bool lock_ids(Owner o, const ResourceName& name, LockState* state, uint64_t* grant_id,
+                  uint64_t* request_id) const;
+    // The grant of o's granted lock again (its answer was lost): no change.
+    Events regrant(Owner o, const ResourceName& name) const;
+    // Direct routing's withdraw: o's request request_id is cancelled if it
+    // waits, or its lock released (nothing written) if it was granted under
+    // exactly that id and is not converting.
+    Events withdraw_request(Owner o, const ResourceName& name, uint64_t request_id, int64_t now);
 
     // Forgets resources that `live` no longer maps to self; returns how many.
     size_t drop_unmastered(const std::vector<uint16_t>& live);
@@ -213,7 +226,7 @@ class LockTable {
     bool withdraw(const ResourceName& name, Resource& r, Owner o, uint64_t request_id,
                   DenyReason why, Events& ev);
     void drop_owner_if(const std::vector<ResourceName>& names, Owner owner, bool whole_node,
-                       Events& ev);
+                       Events& ev, uint64_t bound = 0);
     void check_deadlocks(Events& ev);
     static Event granted(const Resource& r, Owner o, const ResourceName& name, LockMode m,
                          uint64_t id);

@@ -151,7 +151,8 @@ GesWireError check_message(const GesMessage& m) {
     if (m.type == GesMsgType::ReleaseAll) return GesWireError::None;
     const bool has_id = m.type != GesMsgType::Release && m.type != GesMsgType::Transfer &&
                         m.type != GesMsgType::CacheNotify;
-    if (has_id && m.type != GesMsgType::Cancel && m.request_id == 0)
+    if (has_id && m.type != GesMsgType::Cancel && m.type != GesMsgType::Withdraw &&
+        m.request_id == 0)
         return GesWireError::BadRequestId;
     switch (m.type) {
         case GesMsgType::Request:
@@ -160,6 +161,7 @@ GesWireError check_message(const GesMessage& m) {
             if ((m.flags & ~kKnownRequestFlags) != 0) return GesWireError::BadFlags;
             break;
         case GesMsgType::Cancel:
+        case GesMsgType::Withdraw:
             if (!cancel_reason_ok(m.reason)) return GesWireError::BadReason;
             break;
         case GesMsgType::Grant:
@@ -314,6 +316,8 @@ const char* ges_msg_type_name(GesMsgType t) {
             return "release_all";
         case GesMsgType::Cancel:
             return "cancel";
+        case GesMsgType::Withdraw:
+            return "withdraw";
         case GesMsgType::Grant:
             return "grant";
         case GesMsgType::Bast:
@@ -410,8 +414,9 @@ bool operator==(const GesMessage& a, const GesMessage& b) {
             return a.owner == b.owner && a.to_proc == b.to_proc && a.request_id == b.request_id &&
                    a.resource == b.resource && a.value == b.value;
         case GesMsgType::ReleaseAll:
-            return a.owner == b.owner;
+            return a.owner == b.owner && a.request_id == b.request_id;
         case GesMsgType::Cancel:
+        case GesMsgType::Withdraw:
             return a.owner == b.owner && a.request_id == b.request_id && a.reason == b.reason &&
                    a.resource == b.resource;
         case GesMsgType::Grant:
@@ -480,8 +485,10 @@ GesWireError encode_ges_message(const GesMessage& m, std::vector<uint8_t>* out) 
             break;
         case GesMsgType::ReleaseAll:
             put_owner(w, m.owner);
+            w.le<uint64_t>(m.request_id);
             break;
         case GesMsgType::Cancel:
+        case GesMsgType::Withdraw:
             put_owner(w, m.owner);
             w.le<uint64_t>(m.request_id);
             w.le<uint8_t>(static_cast<uint8_t>(m.reason));
@@ -606,8 +613,10 @@ GesWireError decode_ges_message(const uint8_t* in, size_t len, GesMessage* out) 
             break;
         case GesMsgType::ReleaseAll:
             m.owner = read_owner(r);
+            m.request_id = r.le<uint64_t>();
             break;
         case GesMsgType::Cancel:
+        case GesMsgType::Withdraw:
             m.owner = read_owner(r);
             m.request_id = r.le<uint64_t>();
             m.reason = static_cast<DenyReason>(r.le<uint8_t>());
@@ -724,7 +733,7 @@ GesWireError decode_ges_message(const uint8_t* in, size_t len, GesMessage* out) 
 
 bool forwardable(GesMsgType t) {
     return t == GesMsgType::Request || t == GesMsgType::Convert || t == GesMsgType::Release ||
-           t == GesMsgType::Cancel || t == GesMsgType::Transfer;
+           t == GesMsgType::Cancel || t == GesMsgType::Transfer || t == GesMsgType::Withdraw;
 }
 
 std::vector<std::vector<uint8_t>> encode_replay_messages(const std::vector<ReplayEntry>& entries,

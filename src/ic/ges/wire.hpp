@@ -14,7 +14,9 @@
 //                     value (written by a PW/EX holder's down-conversion)
 //   Release           owner, resource, value (written by a PW/EX holder; invalid: it
 //                     went away without writing)
-//   ReleaseAll        owner
+//   ReleaseAll        owner, u64 bound (0: everything; else the owner's last request id: its
+//                     locks of later requests of the same session stay, docs/ges.md
+//                     "Direct routing")
 //   Cancel            owner, u64 request_id (0: whatever is pending), u8 reason, resource
 //                     (reason: cancelled, timeout or deadlock)
 //   Grant             owner, u64 request_id, u8 mode, u64 fencing token, resource,
@@ -22,6 +24,8 @@
 //   Bast              owner (the holder), u64 grant's request_id, u8 blocked mode (not NL),
 //                     resource
 //   Deny              owner, u64 request_id, u8 mode, u8 reason, resource
+//   Withdraw          as Cancel (a direct request given up: cancelled if waiting, its lock
+//                     released if granted under exactly this id)
 //   Queued            owner, u64 request_id, u8 mode, resource (the answer to a direct
 //                     Request that waits: docs/ges.md, "Direct routing")
 //   Replay            u8 flags (bit 0: last batch from this node), u8 reserved (0), u16 count,
@@ -103,8 +107,12 @@ enum class GesMsgType : uint8_t {
     // Direct routing (docs/ges.md): the master's answer to a direct Request
     // that waits (its grant or denial comes later, through the requester's LMS).
     Queued = 21,
+    // A client LMS -> the master: its backend gave up a direct request whose
+    // answer it may never have seen: cancel it, or release the lock granted
+    // under exactly that id.
+    Withdraw = 22,
 };
-inline constexpr uint8_t kMaxGesMsgType = 21;
+inline constexpr uint8_t kMaxGesMsgType = 22;
 const char* ges_msg_type_name(GesMsgType t);
 
 enum ReplayFlag : uint8_t { kReplayLast = 0x01 };

@@ -184,7 +184,7 @@ void Worker::count_value_invalidations() {
 }
 
 // Everything of one owner, at every live master (its worker of this index).
-void Worker::release_owner(Owner o, int64_t now) {
+void Worker::release_owner(Owner o, int64_t now, uint64_t bound) {
     registry_.on_released_all(o);
     mirror_.erase_owner(o);
     erase_owner(&cancelling_, o);
@@ -195,6 +195,7 @@ void Worker::release_owner(Owner o, int64_t now) {
     m.type = GesMsgType::ReleaseAll;
     m.epoch = epoch_;
     m.owner = o;
+    m.request_id = bound;  // a direct request after it may have come first: its lock stays
     std::vector<uint8_t> body;
     if (encode_ges_message(m, &body) != GesWireError::None) return;
     for (uint16_t n : live_) {
@@ -253,6 +254,16 @@ void Worker::check_membership(int64_t now) {
 // Everything this worker knew is void (the node was fenced, or the
 // worker restarted): waiting backends are told, the rest forgotten.
 void Worker::drop_everything(const char* why) {
+    // Slots of direct requests: a grant a backend took itself is void with
+    // the rest (the fence counts say so); its slot is freed, and open ones
+    // closed so that the denials below reach them.
+    for (const ReplayEntry& e : registry_.locks()) {
+        uint64_t token = 0;
+        LockValue value;
+        if (e.owner.node == self_ && e.state == LockState::Waiting &&
+            e.owner.proc != kNodeOwnerProc && (e.request_id & kInternalRequestId) == 0)
+            (void)host_.settle_direct(e.owner.proc, e.request_id, &token, &value);
+    }
     size_t waiting = 0;
     for (const ReplayEntry& e : registry_.locks()) {
         if (e.owner.node != self_ || e.state == LockState::Granted) continue;
@@ -282,6 +293,7 @@ void Worker::drop_everything(const char* why) {
 void Worker::stop_serving() {
     // (direct_ stays: the next epoch settles those slots, as it replays the
     // registry's requests.)
+    early_answers_.clear();
     owner_ids_.clear();
     owner_ids_full_ = false;
     count_value_invalidations();
@@ -336,6 +348,7 @@ void Worker::start_epoch(const View& v, int64_t now) {
     // Direct requests: a grant a backend took itself is the registry's now;
     // the rest are answered through this worker from here on.
     settle_direct_requests(now);
+    early_answers_.clear();  // of the old epoch: their requests go to the new masters
     owner_ids_.clear();
     owner_ids_full_ = false;
     // Client side: every master gets our locks it masters now.
@@ -897,10 +910,20 @@ void Worker::on_client(const GesMessage& m, int64_t now) {
             // The master's answer to a direct request, relayed by the backend
             // that got it in its RPC's reply: taken as that master's reply,
             // for a request registered here (docs/ges.md, "Direct routing").
+            if ((m.request_id & kInternalRequestId) != 0 || m.owner.proc == kNodeOwnerProc) return;
             auto e = registry_.find(m.owner, m.resource);
-            if (!e || e->request_id != m.request_id || e->state != LockState::Waiting ||
-                (m.request_id & kInternalRequestId) != 0 || m.owner.proc == kNodeOwnerProc)
+            if (!e) {
+                // Its registration was dropped (the node fenced, a restart that
+                // voided the shard): a grant the backend took is void; its slot
+                // is freed and the lock given back.
+                uint64_t token = 0;
+                LockValue value;
+                if (m.type == GesMsgType::Grant &&
+                    host_.settle_direct(m.owner.proc, m.request_id, &token, &value))
+                    undo(m.owner, m.resource, now);
                 return;
+            }
+            if (e->request_id != m.request_id || e->state != LockState::Waiting) return;
             direct_.erase(k);
             on_reply(master_for(m.resource, masters_), m, now);
             return;
@@ -919,10 +942,10 @@ void Worker::on_client(const GesMessage& m, int64_t now) {
             return;
         case GesMsgType::ReleaseAll:
             erase_owner(&direct_, m.owner);
-            release_owner(m.owner, now);
+            erase_owner(&early_answers_, m.owner);
+            release_owner(m.owner, now, m.request_id);
             return;
         case GesMsgType::Cancel: {
-            direct_.erase(k);
             if (cancel_after_transfer(m)) return;
             auto cv = conversions_.find(k);
             if (cv != conversions_.end() &&
@@ -945,11 +968,18 @@ void Worker::on_client(const GesMessage& m, int64_t now) {
                 return;
             const LockMode prior =
                 e->state == LockState::Converting ? e->granted_mode : LockMode::NL;
+            // A direct request (its slot was open to the backend): its grant
+            // may have gone into an RPC reply nobody read, so the master is
+            // asked to release a grant of it too (Withdraw).
+            auto d = direct_.find(k);
+            const bool withdraw = d != direct_.end() && d->second == e->request_id;
+            if (d != direct_.end()) direct_.erase(d);
             registry_.on_denied(m.owner, m.resource, e->request_id);
             sync(m.owner, m.resource);
-            cancelling_[k] = Undo{e->request_id, prior};
+            cancelling_[k] = Undo{e->request_id, prior, withdraw};
             GesMessage c = m;
             c.request_id = e->request_id;
+            if (withdraw) c.type = GesMsgType::Withdraw;
             to_master(c, now);
             return;
         }
@@ -1034,6 +1064,26 @@ void Worker::on_master(uint16_t src, const GesMessage& m, int64_t now) {
     switch (m.type) {
         case GesMsgType::Request:
         case GesMsgType::Convert: {
+            // The owner's lock here came from a later request of the same
+            // session (direct routing: by the requester lane, ahead of this
+            // one on the LMS path): this one was given up (a cancel follows).
+            // The same request again (an RPC that failed, sent again through
+            // the LMS) is not a new one: a grant of it is sent again.
+            LockState st;
+            uint64_t gid = 0, rid = 0;
+            if ((m.request_id & kInternalRequestId) == 0 &&
+                table_.lock_ids(m.owner, m.resource, &st, &gid, &rid)) {
+                auto same_session_after = [&](uint64_t id) {
+                    return (id & kInternalRequestId) == 0 && (id >> 32) == (m.request_id >> 32) &&
+                           (id & 0xffffffffu) > (m.request_id & 0xffffffffu);
+                };
+                if (same_session_after(gid) || same_session_after(rid)) return;
+                if (m.type == GesMsgType::Request && rid == m.request_id) {
+                    if (st == LockState::Granted && gid == m.request_id)
+                        dispatch(table_.regrant(m.owner, m.resource), now);
+                    return;
+                }
+            }
             LockRequest rq;
             rq.owner = m.owner;
             rq.resource = m.resource;
@@ -1051,8 +1101,15 @@ void Worker::on_master(uint16_t src, const GesMessage& m, int64_t now) {
             ev = table_.release(m.owner, m.resource, now, m.value);
             break;
         case GesMsgType::ReleaseAll:
-            erase_owner(&tokens_, m.owner);
-            ev = table_.release_all(m.owner, now);
+            ev = table_.release_all(m.owner, now, m.request_id);
+            for (auto it = tokens_.begin(); it != tokens_.end();)
+                it = it->first.owner == m.owner && !table_.has_lock(m.owner, it->first.resource)
+                         ? tokens_.erase(it)
+                         : std::next(it);
+            break;
+        case GesMsgType::Withdraw:
+            ev = table_.withdraw_request(m.owner, m.resource, m.request_id, now);
+            if (!table_.has_lock(m.owner, m.resource)) tokens_.erase(Key{m.resource, m.owner});
             break;
         case GesMsgType::Cancel:
             ev = table_.cancel(m.owner, m.resource, m.request_id, m.reason, now);
@@ -1136,6 +1193,7 @@ void Worker::on_reply(uint16_t src, const GesMessage& m, int64_t now) {
             return;
         }
         moved_[m.resource] = src;
+        host_.note_moved(m.resource);
         return;
     }
     // Replies only from the node that masters the resource in this epoch:
@@ -1153,9 +1211,11 @@ void Worker::on_reply(uint16_t src, const GesMessage& m, int64_t now) {
     }
     auto c = cancelling_.find(k);
     const bool cancelled = c != cancelling_.end() && c->second.request_id == m.request_id;
+    const bool withdrawn = cancelled && c->second.withdrawn;
     if (cancelled) cancelling_.erase(c);
     auto e = registry_.find(m.owner, m.resource);
     if (m.type == GesMsgType::Grant) {
+        if (withdrawn) return;  // the Withdraw releases it at the master
         if (cancelled) {
             // Granted before the cancel reached the master: give it back,
             // unless a newer request of the owner is already on its way
@@ -1166,6 +1226,7 @@ void Worker::on_reply(uint16_t src, const GesMessage& m, int64_t now) {
                 undo(m.owner, m.resource, now);
             return;
         }
+        if (!e && keep_early_answer(src, m)) return;  // its direct request's registration follows
         if (!e || (e->state != LockState::Granted && e->request_id != m.request_id)) {
             // A grant nobody waits for (the backend ended, its request was
             // dropped): give it back, or the lock would leak.
@@ -1199,6 +1260,7 @@ void Worker::on_reply(uint16_t src, const GesMessage& m, int64_t now) {
             give_back(m.owner, m.resource, prior, now);
     } else if (m.type == GesMsgType::Deny) {
         if (cancelled) return;
+        if (!e && keep_early_answer(src, m)) return;
         registry_.on_denied(m.owner, m.resource, m.request_id);
         sync(m.owner, m.resource);
         auto o = orphans_.find(k);
@@ -1548,8 +1610,10 @@ void Worker::cache_bast(const GesMessage& m, int64_t now) {
             const Key k{m.resource, m.owner};
             basted_.insert(k);
             auto e = registry_.find(m.owner, m.resource);
-            if (e && e->state != LockState::Granted && e->request_id == m.request_id)
-                early_basts_[k] = m.request_id;  // before its grant: kept for it
+            // Before its grant (or, for a direct request, before its
+            // registration): kept for that grant.
+            if (!e || (e->state != LockState::Granted && e->request_id == m.request_id))
+                early_basts_[k] = m.request_id;
         }
         return;
     }
@@ -1964,6 +2028,7 @@ void Worker::on_hand_off(uint16_t src, const GesMessage& m, int64_t now) {
         return;
     }
     hosted_.insert(m.resource);
+    host_.note_moved(m.resource);
     hosted_since_ms_[m.resource] = host_.lease_clock_ms();
     for (const ReplayEntry& e : m.entries)
         if (e.state != LockState::Waiting && e.token != 0)
@@ -2045,6 +2110,7 @@ void Worker::remaster_tick() {
 }
 
 void Worker::clear_remastering() {
+    host_.clear_moved();
     use_.clear();
     early_basts_.clear();
     drained_.clear();
@@ -2119,9 +2185,9 @@ void Worker::note_owner_id(uint16_t src, const GesMessage& m) {
     (void)src;
     uint64_t id = m.request_id;
     if (m.type == GesMsgType::ReleaseAll)
-        id = UINT64_MAX;
+        id = id != 0 ? id : UINT64_MAX;  // bound: requests after it may still come
     else if ((m.type != GesMsgType::Request && m.type != GesMsgType::Convert &&
-              m.type != GesMsgType::Cancel) ||
+              m.type != GesMsgType::Cancel && m.type != GesMsgType::Withdraw) ||
              id == 0 || (id & kInternalRequestId) != 0)
         return;
     auto it = owner_ids_.find(m.owner);
@@ -2211,11 +2277,32 @@ void Worker::register_direct(const GesMessage& m, int64_t now) {
     give_back_cached(m.resource, now);
     const uint16_t home = master_for(m.resource, masters_);
     if (epoch_ != 0 && m.epoch == epoch_ && home != self_ && master_of(m.resource) == home &&
-        host_.mark_direct(m.owner.proc, m.request_id)) {
+        host_.mark_direct(m.owner.proc, m.request_id))
         direct_[k] = m.request_id;
-        return;
+    else
+        to_master(plain, now);
+    // The master's answer may have come first (through a peer lane, while
+    // this registration waited in the listener): handled now.
+    auto early = early_answers_.find(k);
+    if (early != early_answers_.end() && early->second.second.request_id == m.request_id) {
+        const uint16_t src = early->second.first;
+        const GesMessage answer = early->second.second;
+        early_answers_.erase(early);
+        direct_.erase(k);
+        on_reply(src, answer, now);
     }
-    to_master(plain, now);
+}
+
+// A master's answer for a local backend's request that this worker has not
+// registered yet, while the backend's slot waits for exactly that request:
+// its direct request's registration is still on its way here.
+bool Worker::keep_early_answer(uint16_t src, const GesMessage& m) {
+    if (m.owner.node != self_ || m.owner.proc == kNodeOwnerProc ||
+        (m.request_id & kInternalRequestId) != 0 || early_answers_.size() >= kMaxEarlyAnswers ||
+        !host_.slot_waits(m.owner.proc, m.request_id))
+        return false;
+    early_answers_[Key{m.resource, m.owner}] = {src, m};
+    return true;
 }
 
 void Worker::adopt_direct_grant(Owner o, const ResourceName& r, uint64_t request_id, uint64_t token,

@@ -165,6 +165,14 @@ class WorkerHost {
                                LockValue* /*value*/) {
         return false;
     }
+    // A hint for this node's backends: `r` is mastered away from its home in
+    // this epoch (mastership that follows use), so a direct request to the
+    // home would only be redirected. Cleared for the worker at each epoch.
+    virtual void note_moved(const ResourceName& /*r*/) {}
+    // Whether backend proc's slot is armed for request_id and still waiting
+    // (an answer that came before its direct request's registration).
+    virtual bool slot_waits(uint32_t /*proc*/, uint64_t /*request_id*/) { return false; }
+    virtual void clear_moved() {}
 
     // ---- reporting
     virtual void log(WorkerLogLevel level, std::string text) = 0;
@@ -224,6 +232,9 @@ class Worker {
     struct Undo {
         uint64_t request_id;
         LockMode prior;
+        // A direct request withdrawn (Withdraw): the master releases a grant
+        // of it itself, so a grant that comes back is not undone here.
+        bool withdrawn = false;
     };
     struct Stashed {
         uint16_t src;
@@ -249,7 +260,7 @@ class Worker {
     void drop_stale_entry(const GesMessage& m, int64_t now);
     void release_one(Owner o, const ResourceName& r, int64_t now);
     void count_value_invalidations();
-    void release_owner(Owner o, int64_t now);
+    void release_owner(Owner o, int64_t now, uint64_t bound = 0);
     void drop_everything(const char* why);
     void stop_serving();
     void start_epoch(const View& v, int64_t now);
@@ -408,6 +419,13 @@ class Worker {
     // Client side: registered direct requests whose slot this worker opened
     // for the backend's own completion (not sent to the master by us).
     std::map<Key, uint64_t> direct_;
+    // Answers (Grant, Deny) from a master that came before the registration
+    // of the direct request they answer: the registration goes to this worker
+    // through the listener, the answer of a request that waited (Queued) may
+    // overtake it on a peer lane. Kept for the registration (this epoch only).
+    static constexpr size_t kMaxEarlyAnswers = 65536;
+    std::map<Key, std::pair<uint16_t, GesMessage>> early_answers_;
+    bool keep_early_answer(uint16_t src, const GesMessage& m);
     std::set<ResourceName> drained_;  // hosted: this node's own messages go local now
     // hosted, not drained yet: this node's own messages since the import,
     // kept in order, and when the import was (lease clock)

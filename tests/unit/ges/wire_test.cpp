@@ -254,7 +254,7 @@ TEST(GesWire, LayoutIsLittleEndianAsDocumented) {
     EXPECT_EQ(b[29], 9);
     EXPECT_EQ(std::string(b.begin() + 30, b.end() - 1), "orders:42");
     EXPECT_EQ(b.back(), 0);
-    EXPECT_EQ(encode(base(GesMsgType::ReleaseAll)).size(), 14u);
+    EXPECT_EQ(encode(base(GesMsgType::ReleaseAll)).size(), 22u);  // owner, u64 bound
 }
 
 TEST(GesWire, GrantCarriesItsTokenAfterTheModeAndBastDoesNot) {
@@ -357,9 +357,11 @@ TEST(GesWire, VersionOneMessagesAreRefused) {
         EXPECT_EQ(decode(v1), GesWireError::BadVersion) << ges_msg_type_name(m.type);
     }
     // A version-1 ReleaseAll, byte for byte: version 1, type 4, reserved,
-    // node 3, proc 4242.
-    const Bytes release_all = {1, 4, 0, 0, 3, 0, 0x92, 0x10, 0, 0};
-    EXPECT_EQ(release_all, v1_form(base(GesMsgType::ReleaseAll)));
+    // node 3, proc 4242 (and this version's bound, 0).
+    const Bytes release_all = {1, 4, 0, 0, 3, 0, 0x92, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    GesMessage unbounded = base(GesMsgType::ReleaseAll);
+    unbounded.request_id = 0;
+    EXPECT_EQ(release_all, v1_form(unbounded));
     EXPECT_EQ(decode(release_all), GesWireError::BadVersion);
 }
 

@@ -1,8 +1,9 @@
 // A GES cluster in memory for the unit tests and the fuzz target: one real
 // ges::Worker per node (LMS worker 0, n_lms = 1) over a FakeHost that keeps
 // the membership in a real MembershipShared, the registry mirror in a
-// buffer, the backends' wait slots as a set of waited-for request ids, and
-// queues what the worker sends; GesCluster routes the queued messages between
+// buffer, the backends' wait slots as a set of waited-for request ids (and,
+// for direct routing, the slots opened for their backend's own completion),
+// and queues what the worker sends; GesCluster routes the queued messages between
 // the nodes' workers as the interconnect would (per-pair FIFO, the sender as
 // the authenticated source).
 #pragma once
@@ -53,7 +54,36 @@ class FakeHost final : public WorkerHost {
     }
     std::unique_ptr<MembershipShared> ms;
     uint64_t now_ms = 1000;
-    std::set<uint64_t> waiting;     // request ids whose backend waits in its slot
+    std::set<uint64_t> waiting;  // request ids whose backend waits in its slot
+    // Direct routing (src/instance/ges_shmem.cpp): a slot is Waiting (in
+    // `waiting`), DirectReady or SelfGranted (in `direct_slots`), or done
+    // (in neither: answered, adopted, abandoned).
+    enum class Slot : uint8_t { Waiting, DirectReady, SelfGranted, Done };
+    struct DirectSlot {
+        Slot state = Slot::DirectReady;
+        uint64_t token = 0;  // SelfGranted: the grant the backend took
+        LockValue value;
+    };
+    std::map<uint64_t, DirectSlot> direct_slots;
+    Slot slot(uint64_t request_id) const {
+        if (waiting.count(request_id)) return Slot::Waiting;
+        auto it = direct_slots.find(request_id);
+        return it == direct_slots.end() ? Slot::Done : it->second.state;
+    }
+    // The backend completes its slot with the master's immediate grant
+    // (lock_client.cpp, direct_attempt): only from DirectReady.
+    bool self_complete(uint32_t proc, uint64_t request_id, uint64_t token, const LockValue& value) {
+        auto it = direct_slots.find(request_id);
+        if (it == direct_slots.end() || it->second.state != Slot::DirectReady) return false;
+        it->second = DirectSlot{Slot::SelfGranted, token, value};
+        self_granted.push_back({true, proc, request_id, token, DenyReason::Cancelled, value});
+        return true;
+    }
+    // The backend stops waiting (a timeout, a cancel, its exit).
+    void abandon(uint64_t request_id) {
+        waiting.erase(request_id);
+        direct_slots.erase(request_id);
+    }
     std::set<uint32_t> dead_procs;  // backends that are gone (owner_alive: false)
     uint32_t shard_fence[kMaxLmsWorkers] = {};
     NodeMask witness = 0;
@@ -65,7 +95,10 @@ class FakeHost final : public WorkerHost {
     // ---- what the worker did
     std::deque<Sent> sent;
     std::vector<Delivery> deliveries;
-    std::vector<Delivery> undelivered;  // the slot no longer waited
+    std::vector<Delivery> undelivered;   // the slot no longer waited
+    std::vector<Delivery> self_granted;  // grants a backend took itself (direct routing)
+    std::vector<Delivery> adopted;       // ... and that the worker then took over
+    uint64_t marks = 0, settles = 0;     // mark_direct() / settle_direct() calls
     std::vector<std::pair<WorkerLogLevel, std::string>> logs;
     std::vector<ErrorType> errors;
     std::map<WorkerCounter, uint64_t> counters;
@@ -109,6 +142,33 @@ class FakeHost final : public WorkerHost {
         return deliver({false, proc, request_id, 0, reason, {}});
     }
     bool owner_alive(uint32_t proc, uint64_t) override { return dead_procs.count(proc) == 0; }
+    bool mark_direct(uint32_t, uint64_t request_id) override {
+        marks++;
+        if (waiting.erase(request_id) == 0) return false;
+        direct_slots[request_id] = DirectSlot{};
+        return true;
+    }
+    bool slot_waits(uint32_t, uint64_t request_id) override {
+        const Slot s = slot(request_id);
+        return s == Slot::Waiting || s == Slot::DirectReady;
+    }
+    bool settle_direct(uint32_t proc, uint64_t request_id, uint64_t* token,
+                       LockValue* value) override {
+        settles++;
+        auto it = direct_slots.find(request_id);
+        if (it == direct_slots.end()) return false;
+        if (it->second.state == Slot::DirectReady) {  // closed: the answer comes from the worker
+            direct_slots.erase(it);
+            waiting.insert(request_id);
+            return false;
+        }
+        *token = it->second.token;
+        *value = it->second.value;
+        adopted.push_back(
+            {true, proc, request_id, it->second.token, DenyReason::Cancelled, it->second.value});
+        direct_slots.erase(it);  // the slot is free again
+        return true;
+    }
     void log(WorkerLogLevel level, std::string text) override {
         logs.emplace_back(level, std::move(text));
     }
@@ -134,12 +194,25 @@ class FakeHost final : public WorkerHost {
 
   private:
     bool deliver(const Delivery& d) {
-        if (waiting.erase(d.request_id) == 0) {
-            undelivered.push_back(d);
-            return false;
+        if (waiting.erase(d.request_id) != 0) {
+            deliveries.push_back(d);
+            return true;
         }
-        deliveries.push_back(d);
-        return true;
+        auto it = direct_slots.find(d.request_id);
+        if (it != direct_slots.end() && it->second.state == Slot::DirectReady) {
+            direct_slots.erase(it);
+            deliveries.push_back(d);
+            return true;
+        }
+        if (it != direct_slots.end() && it->second.state == Slot::SelfGranted && d.granted) {
+            // The backend took this grant itself: the worker has it now, and
+            // the slot is free again (ges_deliver's adoption).
+            adopted.push_back(d);
+            direct_slots.erase(it);
+            return true;
+        }
+        undelivered.push_back(d);
+        return false;
     }
 };
 
@@ -247,15 +320,18 @@ class GesCluster {
         m.resource = r;
         from_backend(id, m);
     }
+    // pgrac_ges_unlock_all() or the exit hook: bounded by the session's last
+    // request id, as the backend sends it (lock_client.cpp).
     void release_all(uint16_t id, uint32_t proc) {
         GesMessage m;
         m.type = GesMsgType::ReleaseAll;
         m.owner = Owner{id, proc};
+        m.request_id = request_id(proc, counter_);
         from_backend(id, m);
     }
     // The backend stops waiting (timeout, query cancel) and sends a Cancel.
     void cancel(uint16_t id, uint32_t proc, const ResourceName& r, uint64_t rid) {
-        host(id).waiting.erase(rid);
+        host(id).abandon(rid);
         GesMessage m;
         m.type = GesMsgType::Cancel;
         m.owner = Owner{id, proc};
@@ -270,6 +346,116 @@ class GesCluster {
         worker(id).handle(WorkerRole::Client, id, body.data(), body.size(), now_us_);
         pump();
     }
+
+    // ---- direct routing (src/capi/ges/lock_client.cpp, direct_attempt):
+    // a backend's new request for a resource mastered on another node is
+    // registered with its LMS (Client Request flagged kDirect, with the epoch
+    // of the committed view it read) and sent as an RPC to the home master
+    // (Worker::handle_direct); the steps can be run one by one.
+    enum class DirectPath { Taken, Wait, Fallback };
+    struct DirectAnswer {
+        bool ok = false;            // decoded, and about this request
+        GesMessage m;               // Grant, Deny, Queued
+        std::vector<uint8_t> body;  // as the RPC's reply carried it
+        bool redirect() const {
+            return ok && m.type == GesMsgType::Deny && m.reason == DenyReason::Redirect;
+        }
+    };
+    // r's home master in node id's committed view (witnesses master nothing)
+    // and that view's epoch; 0 if it is id itself.
+    uint16_t direct_master(uint16_t id, const ResourceName& r, uint32_t* epoch = nullptr) {
+        const View v = committed_view(host(id).ms.get());
+        std::vector<uint16_t> masters;
+        for (uint16_t n : mask_nodes(v.members & ~host(id).witness)) masters.push_back(n);
+        if (masters.empty()) return 0;
+        const uint16_t m = master_for(r, masters);
+        if (epoch != nullptr) *epoch = v.epoch;
+        return m == id ? 0 : m;
+    }
+    // Step 1: the backend arms its slot and registers the request with its
+    // LMS (epoch: what it read of the committed view; 0: read it now).
+    uint64_t direct_register(uint16_t id, uint32_t proc, const ResourceName& r, LockMode mode,
+                             uint8_t flags = 0, uint32_t timeout_ms = 0, uint32_t epoch = 0) {
+        const uint64_t rid = request_id(proc, ++counter_);
+        GesMessage m;
+        m.type = GesMsgType::Request;
+        m.owner = Owner{id, proc};
+        m.resource = r;
+        m.mode = mode;
+        m.request_id = rid;
+        m.flags = static_cast<uint8_t>(flags | kDirect);
+        m.timeout_ms = timeout_ms;
+        m.epoch = epoch != 0 ? epoch : committed_view(host(id).ms.get()).epoch;
+        direct_msgs_[rid] = m;
+        host(id).waiting.insert(rid);
+        from_backend(id, m);
+        return rid;
+    }
+    // Step 2: the RPC to `master` (0: the home master in the committed view
+    // of the owner's node), as sent by node `src` (0: the owner's node).
+    DirectAnswer direct_call(uint64_t rid, uint16_t master = 0, uint16_t src = 0) {
+        const GesMessage& m = direct_msgs_.at(rid);
+        if (master == 0) master = direct_master(m.owner.node, m.resource);
+        if (src == 0) src = m.owner.node;
+        std::vector<uint8_t> body;
+        encode_ges_message(m, &body);
+        DirectAnswer a;
+        a.body = worker(master).handle_direct(src, body.data(), body.size(), now_us_);
+        pump();
+        a.ok = !a.body.empty() &&
+               decode_ges_message(a.body.data(), a.body.size(), &a.m) == GesWireError::None &&
+               a.m.owner == m.owner && a.m.request_id == rid && a.m.resource == m.resource;
+        return a;
+    }
+    // The backend takes an immediate grant itself, if its LMS opened the slot.
+    bool direct_take(uint64_t rid, const DirectAnswer& a) {
+        const GesMessage& m = direct_msgs_.at(rid);
+        return a.ok && a.m.type == GesMsgType::Grant && a.m.epoch != 0 &&
+               host(m.owner.node).self_complete(m.owner.proc, rid, a.m.token, a.m.value);
+    }
+    // The answer's bytes to the backend's LMS (a Client message).
+    void direct_relay(uint64_t rid, const DirectAnswer& a) {
+        const uint16_t id = direct_msgs_.at(rid).owner.node;
+        worker(id).handle(WorkerRole::Client, id, a.body.data(), a.body.size(), now_us_);
+        pump();
+    }
+    // Not served directly: the same request, plain, to the LMS.
+    void direct_fallback(uint64_t rid) {
+        GesMessage m = direct_msgs_.at(rid);
+        m.flags = static_cast<uint8_t>(m.flags & ~kDirect);
+        m.epoch = 0;
+        from_backend(m.owner.node, m);
+    }
+    // Step 3: what the backend does with the answer (direct_attempt).
+    DirectPath direct_finish(uint64_t rid, const DirectAnswer& a) {
+        if (!a.ok || a.redirect() ||
+            (a.m.type != GesMsgType::Grant && a.m.type != GesMsgType::Deny &&
+             a.m.type != GesMsgType::Queued)) {
+            direct_fallback(rid);
+            return DirectPath::Fallback;
+        }
+        if (a.m.type == GesMsgType::Queued) return DirectPath::Wait;
+        const bool taken = direct_take(rid, a);
+        direct_relay(rid, a);
+        return taken ? DirectPath::Taken : DirectPath::Wait;
+    }
+    // All three steps.
+    uint64_t direct_request(uint16_t id, uint32_t proc, const ResourceName& r, LockMode mode,
+                            uint8_t flags = 0, uint32_t timeout_ms = 0,
+                            DirectPath* path = nullptr) {
+        const uint64_t rid = direct_register(id, proc, r, mode, flags, timeout_ms);
+        const DirectPath p = direct_finish(rid, direct_call(rid));
+        if (path != nullptr) *path = p;
+        return rid;
+    }
+    // The backend took rid's grant itself.
+    bool taken(uint16_t id, uint64_t rid) {
+        for (const FakeHost::Delivery& d : host(id).self_granted)
+            if (d.request_id == rid) return true;
+        return false;
+    }
+    // The backend has rid's grant, whichever way it came.
+    bool holds_grant(uint16_t id, uint64_t rid) { return granted(id, rid) || taken(id, rid); }
 
     // Messages to or from a held node stay queued until released.
     std::set<uint16_t> held;
@@ -297,6 +483,12 @@ class GesCluster {
                         break;
                     }
                     messages_delivered++;
+                    if (count_types) {
+                        GesMessage d;
+                        if (decode_ges_message(s.body.data(), s.body.size(), &d) ==
+                            GesWireError::None)
+                            delivered_types[{s.node, d.type}]++;
+                    }
                     worker(s.node).handle(role_of(s.channel), n->id, s.body.data(), s.body.size(),
                                           now_us_);
                     moved = true;
@@ -307,6 +499,13 @@ class GesCluster {
         }
     }
     uint64_t messages_delivered = 0;
+    // With count_types: messages delivered by pump(), by destination and type.
+    bool count_types = false;
+    std::map<std::pair<uint16_t, GesMsgType>, uint64_t> delivered_types;
+    uint64_t messages_delivered_to(uint16_t node, GesMsgType type) const {
+        auto it = delivered_types.find({node, type});
+        return it == delivered_types.end() ? 0 : it->second;
+    }
 
     static WorkerRole role_of(GesChannel c) {
         return c == GesChannel::Master  ? WorkerRole::Master
@@ -327,14 +526,19 @@ class GesCluster {
         return false;
     }
     // The value block the grant of rid brought (None: no such grant).
+    // (a grant the backend took itself, too)
     LockValue value(uint16_t id, uint64_t rid) {
         for (const FakeHost::Delivery& d : host(id).deliveries)
             if (d.granted && d.request_id == rid) return d.value;
+        for (const FakeHost::Delivery& d : host(id).self_granted)
+            if (d.request_id == rid) return d.value;
         return LockValue{};
     }
     uint64_t token(uint16_t id, uint64_t rid) {
         for (const FakeHost::Delivery& d : host(id).deliveries)
             if (d.granted && d.request_id == rid) return d.token;
+        for (const FakeHost::Delivery& d : host(id).self_granted)
+            if (d.request_id == rid) return d.token;
         return 0;
     }
 
@@ -402,6 +606,7 @@ class GesCluster {
     std::vector<std::unique_ptr<FakeNode>> nodes_;
     int64_t now_us_ = 1'700'000'000'000'000;
     uint32_t counter_ = 0;
+    std::map<uint64_t, GesMessage> direct_msgs_;  // direct requests by id
 };
 
 }  // namespace pgrac::ic::ges::testing
