@@ -347,18 +347,6 @@ Events LockTable::cancel(Owner owner, const ResourceName& resource, uint64_t req
     return ev;
 }
 
-namespace {
-
-// A lock of a later request of the same session than `bound` (ids: session
-// in the high 32 bits, a counter below; the LMS's own ids have bit 63 set).
-bool after_bound(uint64_t id, uint64_t bound) {
-    constexpr uint64_t kInternal = uint64_t{1} << 63;
-    return bound != 0 && (id & kInternal) == 0 && (id >> 32) == (bound >> 32) &&
-           (id & 0xffffffffu) > (bound & 0xffffffffu);
-}
-
-}  // namespace
-
 void LockTable::drop_owner_if(const std::vector<ResourceName>& names, Owner owner, bool whole_node,
                               Events& ev, uint64_t bound) {
     auto owned = [&](Owner o) { return whole_node ? o.node == owner.node : o == owner; };
@@ -366,7 +354,7 @@ void LockTable::drop_owner_if(const std::vector<ResourceName>& names, Owner owne
     auto gone = [&](const Lock& l) {
         if (!owned(l.owner)) return false;
         const uint64_t id = l.state == LockState::Waiting ? l.request_id : l.grant_id;
-        return !after_bound(id, bound);
+        return released_by_bound(id, bound);
     };
     for (const ResourceName& name : names) {
         Resource& r = resources_.at(name);

@@ -95,6 +95,25 @@ inline constexpr uint8_t kKnownRequestFlags = 0x03;
 // A replay or hand-off entry carries only what a waiting request keeps.
 inline constexpr uint8_t kKnownEntryFlags = kNoWait;
 
+// A backend's request ids carry its slot and session in the high 32 bits and
+// a counter below (src/instance/ges_shmem.hpp); the LMS's own have bit 63 set.
+// Whether id is a later request of the same session than bound (a bounded
+// ReleaseAll leaves those: docs/ges.md, "Direct routing"). bound 0: none is.
+inline bool request_after_bound(uint64_t id, uint64_t bound) {
+    constexpr uint64_t kInternal = uint64_t{1} << 63;
+    return bound != 0 && (id & kInternal) == 0 && (id >> 32) == (bound >> 32) &&
+           (id & 0xffffffffu) > (bound & 0xffffffffu);
+}
+// What a ReleaseAll bounded by `bound` lets go: everything if 0; else the
+// bound's session's requests up to it, and the LMS's own (bit 63). Another
+// session's (a new backend with the same pid, whose direct request came
+// first) stays.
+inline bool released_by_bound(uint64_t id, uint64_t bound) {
+    constexpr uint64_t kInternal = uint64_t{1} << 63;
+    return bound == 0 || (id & kInternal) != 0 ||
+           ((id >> 32) == (bound >> 32) && (id & 0xffffffffu) <= (bound & 0xffffffffu));
+}
+
 // Why a request or conversion was not granted. Values are the wire encoding.
 enum class DenyReason : uint8_t {
     NoWait = 1,          // NOWAIT and not grantable at once

@@ -3,7 +3,7 @@
 // input: every field is range-checked and the message must use every byte.
 //
 // Every message starts with
-//   0 u8 version (4)   1 u8 type (GesMsgType)   2 u16 reserved (0)
+//   0 u8 version (5)   1 u8 type (GesMsgType)   2 u16 reserved (0)
 //   4 u32 epoch: the sender's membership epoch (docs/ges.md, "Epochs")
 // then, by type (owner = u16 node (1..64), u32 proc;
 //                resource = u8 kind (1 text, 2 bigint), u8 len, len bytes:
@@ -72,7 +72,7 @@
 
 namespace pgrac::ic::ges {
 
-inline constexpr uint8_t kGesWireVersion = 4;
+inline constexpr uint8_t kGesWireVersion = 5;
 
 enum class GesMsgType : uint8_t {
     Request = 1,

@@ -121,6 +121,7 @@ void Worker::reap_dead_owners(int64_t now) {
     if (now - last_reap_ < kReapUs) return;
     last_reap_ = now;
     std::map<Owner, std::vector<ResourceName>> dead;
+    std::map<Owner, uint64_t> dead_session;  // a dead owner's session: its ReleaseAll's bound
     std::set<Owner> live_owner;
     // The backends' entries only (indexed by owner): the node owner's cached
     // locks, which may be a million, are not walked.
@@ -129,8 +130,11 @@ void Worker::reap_dead_owners(int64_t now) {
         for (const ReplayEntry& e : registry_.locks_of(o)) {
             if (host_.owner_alive(e.owner.proc, e.request_id))
                 live_owner.insert(e.owner);
-            else
+            else {
                 dead[e.owner].push_back(e.resource);
+                if ((e.request_id & kInternalRequestId) == 0)
+                    dead_session[e.owner] = e.request_id | 0xffffffffu;
+            }
         }
     }
     for (auto& [o, resources] : dead) {
@@ -140,7 +144,10 @@ void Worker::reap_dead_owners(int64_t now) {
                                      " is gone but still had global locks; releasing " +
                                      std::to_string(resources.size()));
         if (live_owner.count(o) == 0) {
-            release_owner(o, now);
+            // Bounded by the dead session: a new backend with the same pid
+            // may have a direct lock at a master before this node knows it.
+            auto b = dead_session.find(o);
+            release_owner(o, now, b != dead_session.end() ? b->second : 0);
             continue;
         }
         for (const ResourceName& r : resources) release_one(o, r, now);
@@ -920,7 +927,7 @@ void Worker::on_client(const GesMessage& m, int64_t now) {
                 LockValue value;
                 if (m.type == GesMsgType::Grant &&
                     host_.settle_direct(m.owner.proc, m.request_id, &token, &value))
-                    undo(m.owner, m.resource, now);
+                    undo(m.owner, m.resource, now, m.request_id);
                 return;
             }
             if (e->request_id != m.request_id || e->state != LockState::Waiting) return;
@@ -942,7 +949,11 @@ void Worker::on_client(const GesMessage& m, int64_t now) {
             return;
         case GesMsgType::ReleaseAll:
             erase_owner(&direct_, m.owner);
-            erase_owner(&early_answers_, m.owner);
+            for (auto it = early_answers_.begin(); it != early_answers_.end();)
+                it = it->first.owner == m.owner &&
+                             released_by_bound(it->second.second.request_id, m.request_id)
+                         ? early_answers_.erase(it)
+                         : std::next(it);
             release_owner(m.owner, now, m.request_id);
             return;
         case GesMsgType::Cancel: {
@@ -1223,14 +1234,14 @@ void Worker::on_reply(uint16_t src, const GesMessage& m, int64_t now) {
             if (e && e->state != LockState::Granted)
                 orphans_[k] = LockMode::NL;
             else
-                undo(m.owner, m.resource, now);
+                undo(m.owner, m.resource, now, m.request_id);
             return;
         }
         if (!e && keep_early_answer(src, m)) return;  // its direct request's registration follows
         if (!e || (e->state != LockState::Granted && e->request_id != m.request_id)) {
             // A grant nobody waits for (the backend ended, its request was
             // dropped): give it back, or the lock would leak.
-            if (!e) undo(m.owner, m.resource, now);
+            if (!e) undo(m.owner, m.resource, now, m.request_id);
             return;
         }
         if (e->state == LockState::Granted) return;  // a duplicate
@@ -1257,7 +1268,7 @@ void Worker::on_reply(uint16_t src, const GesMessage& m, int64_t now) {
         if (!(m.request_id & kInternalRequestId) &&
             !host_.deliver_grant(m.owner.proc, m.request_id, m.token, m.value) &&
             !(prior != LockMode::NL && mode_at_most(m.mode, prior)))
-            give_back(m.owner, m.resource, prior, now);
+            give_back(m.owner, m.resource, prior, now, m.request_id);
     } else if (m.type == GesMsgType::Deny) {
         if (cancelled) return;
         if (!e && keep_early_answer(src, m)) return;
@@ -1280,7 +1291,8 @@ uint64_t Worker::token_of(const LockRow& r) const {
 // The backend stopped waiting before the grant reached it (its slot was
 // no longer waiting: timeout, cancel, exit): it believes it holds `prior`
 // (NL: nothing). Bring the registry and the master back to that.
-void Worker::give_back(Owner o, const ResourceName& r, LockMode prior, int64_t now) {
+void Worker::give_back(Owner o, const ResourceName& r, LockMode prior, int64_t now,
+                       uint64_t grant_id) {
     host_.count(WorkerCounter::LateGrantsUndone);
     const Key k{r, o};
     GesMessage m;
@@ -1289,7 +1301,8 @@ void Worker::give_back(Owner o, const ResourceName& r, LockMode prior, int64_t n
     if (prior == LockMode::NL) {
         registry_.on_released(o, r);
         held_tokens_.erase(k);
-        m.type = GesMsgType::Release;
+        m.type = grant_id != 0 ? GesMsgType::Withdraw : GesMsgType::Release;
+        m.request_id = grant_id;
     } else {
         m.type = GesMsgType::Request;  // a down-conversion: granted at once
         m.mode = prior;
@@ -1302,14 +1315,15 @@ void Worker::give_back(Owner o, const ResourceName& r, LockMode prior, int64_t n
 
 // The master holds a lock the owner does not believe in: bring the
 // master back to what the registry (= the backend) believes.
-void Worker::undo(Owner o, const ResourceName& r, int64_t now) {
+void Worker::undo(Owner o, const ResourceName& r, int64_t now, uint64_t grant_id) {
     host_.count(WorkerCounter::LateGrantsUndone);
     GesMessage m;
     m.owner = o;
     m.resource = r;
     auto e = registry_.find(o, r);
     if (!e) {
-        m.type = GesMsgType::Release;
+        m.type = grant_id != 0 ? GesMsgType::Withdraw : GesMsgType::Release;
+        m.request_id = grant_id;
     } else {
         m.type = GesMsgType::Request;
         m.mode = e->granted_mode;
@@ -2275,22 +2289,23 @@ void Worker::register_direct(const GesMessage& m, int64_t now) {
     sync(m.owner, m.resource);
     basted_.erase(k);
     give_back_cached(m.resource, now);
+    // The master's answer may have come first (through a peer lane, while
+    // this registration waited in the listener): the master has the request,
+    // so it is not sent again; the answer is handled now.
+    auto early = early_answers_.find(k);
+    if (early != early_answers_.end() && early->second.second.request_id == m.request_id) {
+        const uint16_t src = early->second.first;
+        const GesMessage answer = early->second.second;
+        early_answers_.erase(early);
+        on_reply(src, answer, now);
+        return;
+    }
     const uint16_t home = master_for(m.resource, masters_);
     if (epoch_ != 0 && m.epoch == epoch_ && home != self_ && master_of(m.resource) == home &&
         host_.mark_direct(m.owner.proc, m.request_id))
         direct_[k] = m.request_id;
     else
         to_master(plain, now);
-    // The master's answer may have come first (through a peer lane, while
-    // this registration waited in the listener): handled now.
-    auto early = early_answers_.find(k);
-    if (early != early_answers_.end() && early->second.second.request_id == m.request_id) {
-        const uint16_t src = early->second.first;
-        const GesMessage answer = early->second.second;
-        early_answers_.erase(early);
-        direct_.erase(k);
-        on_reply(src, answer, now);
-    }
 }
 
 // A master's answer for a local backend's request that this worker has not

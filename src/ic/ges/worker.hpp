@@ -337,8 +337,12 @@ class Worker {
     bool convert_cached_now(const GesMessage& m, int64_t now);
     void cache_tick(int64_t now);
     void clear_cache();
-    void give_back(Owner o, const ResourceName& r, LockMode prior, int64_t now);
-    void undo(Owner o, const ResourceName& r, int64_t now);
+    // grant_id (nonzero): the grant to give back; the master releases only a
+    // lock granted under it (a later lock of the owner may be there first:
+    // direct routing), else whatever the owner holds.
+    void give_back(Owner o, const ResourceName& r, LockMode prior, int64_t now,
+                   uint64_t grant_id = 0);
+    void undo(Owner o, const ResourceName& r, int64_t now, uint64_t grant_id = 0);
     void to_master(const GesMessage& msg, int64_t now);
     // The answer to one request that dispatch() keeps instead of sending
     // (the direct path's RPC reply).

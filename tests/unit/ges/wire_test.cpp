@@ -1,5 +1,5 @@
 // GES wire codec: every message round-trips, the layout is what docs/ges.md
-// says (version 4), and every malformed field, truncation, trailing byte and
+// says (version 5), and every malformed field, truncation, trailing byte and
 // version-1 message is rejected.
 #include <gtest/gtest.h>
 
@@ -228,11 +228,11 @@ TEST(GesWire, EveryMessageRoundTrips) {
 }
 
 TEST(GesWire, LayoutIsLittleEndianAsDocumented) {
-    EXPECT_EQ(kGesWireVersion, 4);
+    EXPECT_EQ(kGesWireVersion, 5);
     const Bytes b = encode(base(GesMsgType::Request));
     // version, type, reserved, epoch; ...; resource, value (state 0: none)
     ASSERT_EQ(b.size(), 8u + 6 + 8 + 1 + 1 + 4 + 2 + 9 + 1);
-    EXPECT_EQ(b[0], 4);
+    EXPECT_EQ(b[0], 5);
     EXPECT_EQ(b[1], 1);
     EXPECT_EQ(b[2], 0);
     EXPECT_EQ(b[3], 0);
@@ -337,7 +337,8 @@ TEST(GesWire, HeaderFieldsAreValidated) {
         expect_bad(m, 0, 1, GesWireError::BadVersion);
         expect_bad(m, 0, 2, GesWireError::BadVersion);
         expect_bad(m, 0, 3, GesWireError::BadVersion);
-        expect_bad(m, 0, 5, GesWireError::BadVersion);
+        expect_bad(m, 0, 4, GesWireError::BadVersion);  // before direct routing
+        expect_bad(m, 0, 6, GesWireError::BadVersion);
         expect_bad(m, 1, 0, GesWireError::BadType);
         expect_bad(m, 1, kMaxGesMsgType + 1, GesWireError::BadType);
         expect_bad(m, 2, 1, GesWireError::BadReserved);
