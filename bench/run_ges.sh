@@ -217,6 +217,11 @@ BEGIN
             EXIT WHEN (t >> 8) > (prev >> 8) + 1;
             prev := t;
             retries := retries + 1;
+            -- The other side stopped asking (it counted an iteration this
+            -- one did not see): fail the round rather than spin.
+            IF clock_timestamp() > deadline + interval '90 seconds' THEN
+                RAISE EXCEPTION 'ping-pong: % not handed over within 120 s (% retries)', r, retries;
+            END IF;
         END LOOP;
         ts[i] := clock_timestamp();
         tok[i] := t;

@@ -445,11 +445,39 @@ void ges_forget_held() {
 
 namespace {
 
+// Resources this session released lately (route key, when): with the node's
+// cache on, such a lock is on its way into the cache (the Transfer's grant
+// not back yet), and the LMS serves the next request from it once it is; a
+// direct request would instead wait at the master behind the node's own
+// cached lock. Those go through the LMS.
+constexpr int kRecentReleases = 16;
+constexpr uint64_t kRecentReleaseNs = 20 * 1000 * 1000;
+struct RecentRelease {
+    uint32_t route_key;
+    uint64_t at_ns;
+};
+RecentRelease g_recent[kRecentReleases];
+int g_recent_next = 0;
+
+void note_release(const ResourceName& r) {
+    g_recent[g_recent_next] = RecentRelease{route_key_for(r), monotonic_ns()};
+    g_recent_next = (g_recent_next + 1) % kRecentReleases;
+}
+
+bool released_lately(uint32_t route_key) {
+    const uint64_t now = monotonic_ns();
+    for (const RecentRelease& x : g_recent)
+        if (x.at_ns != 0 && x.route_key == route_key && now - x.at_ns < kRecentReleaseNs)
+            return true;
+    return false;
+}
+
 // The resource's home master in the committed view, if it is another node
 // this one could send to directly, and the view's epoch; 0 otherwise.
 uint16_t direct_master(const ResourceName& r, uint32_t* epoch) {
     IcShared* shm = shared();
     if (shm == nullptr || !pgrac_ges_direct_requests || shm->n_lms == 0) return 0;
+    if (ges_node_cache() != nullptr && released_lately(route_key_for(r))) return 0;
     // Mastered away from its home in this epoch: the home would redirect it.
     const uint32_t rk = route_key_for(r);
     if (ges_maybe_moved(rk % shm->n_lms, rk)) return 0;
@@ -799,6 +827,7 @@ bool ges_unlock(const ResourceName& r) {
     const int rc = ges_send_client(GesMsgType::Release, &r, route_key_for(r), LockMode::NL, 0, 0, 0,
                                    DenyReason::Cancelled, -1, value_to_write(*h, LockMode::NL));
     if (rc != PGRAC_IC_OK) raise_status(rc, pgrac_node_id, "global lock release", nullptr, 0);
+    note_release(r);
     ges_drop_held(ges_find_held(r));
     return true;
 }
