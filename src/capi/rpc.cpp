@@ -142,6 +142,20 @@ int requester_lane_rpc(IcShared* shm, ReplySlot* slot, uint32_t procno, int node
     return out.status;
 }
 
+// This process's reply slot, ready for a new RPC: the exit hook registered
+// once, and a slot a previous RPC's cancel left armed disarmed.
+ReplySlot* ready_reply_slot(IcShared* shm, uint32_t procno) {
+    ReplySlot* slot = reply_slot(shm, procno);
+    if (slot == nullptr) return nullptr;
+    static bool exit_hook = false;
+    if (!exit_hook) {
+        before_shmem_exit(rpc_at_exit, 0);
+        exit_hook = true;
+    }
+    disarm(shm, slot);
+    return slot;
+}
+
 }  // namespace
 
 extern "C" {
@@ -158,16 +172,8 @@ int pgrac_ic_rpc(int node, uint16_t msg_type, uint32_t route_key, const void* bo
     if (len > PGRAC_IC_MAX_MESSAGE) return PGRAC_IC_TOO_BIG;  // on either path
     if (timeout_ms < 0) timeout_ms = pgrac_rpc_timeout_ms;
     const uint32_t procno = static_cast<uint32_t>(MyProc->pgprocno);
-    ReplySlot* slot = reply_slot(shm, procno);
+    ReplySlot* slot = ready_reply_slot(shm, procno);
     if (slot == nullptr) return PGRAC_IC_NOT_RUNNING;
-
-    static bool exit_hook = false;
-    if (!exit_hook) {
-        before_shmem_exit(rpc_at_exit, 0);
-        exit_hook = true;
-    }
-    // A previous RPC interrupted by a cancel may have left the slot armed.
-    disarm(shm, slot);
     const uint64_t start = monotonic_ns();
     const uint64_t deadline = start + static_cast<uint64_t>(timeout_ms) * 1000000ull;
     if (pgrac::glue::requester_lane_usable(shm, node)) {
@@ -261,14 +267,8 @@ int requester_lane_call(int node, uint16_t msg_type, uint32_t route_key, const v
     if (shm == nullptr || MyProc == nullptr || len > PGRAC_IC_MAX_MESSAGE) return -1;
     if (!requester_lane_usable(shm, node)) return -1;
     const uint32_t procno = static_cast<uint32_t>(MyProc->pgprocno);
-    ReplySlot* slot = reply_slot(shm, procno);
+    ReplySlot* slot = ready_reply_slot(shm, procno);
     if (slot == nullptr) return -1;
-    static bool exit_hook = false;
-    if (!exit_hook) {
-        before_shmem_exit(rpc_at_exit, 0);
-        exit_hook = true;
-    }
-    disarm(shm, slot);
     const uint64_t start = monotonic_ns();
     const uint64_t deadline = start + static_cast<uint64_t>(timeout_ms) * 1000000ull;
     return requester_lane_rpc(shm, slot, procno, node, msg_type, route_key, body, len, reply_buf,
