@@ -29,7 +29,11 @@ sub stat1
 	return $node->safe_psql('postgres', "SELECT $col FROM pg_cluster_ges_stats");
 }
 
-is($n1->safe_psql('postgres', 'SHOW cluster.ges_direct_requests'), 'on', 'on by default');
+is($n1->safe_psql('postgres', 'SHOW cluster.ges_direct_requests'), 'off', 'off by default');
+$_->safe_psql('postgres', 'ALTER SYSTEM SET cluster.ges_direct_requests = on; SELECT pg_reload_conf()')
+  for ($n1, $n2, $n3);
+ok($n1->poll_query_until('postgres', 'SELECT current_setting(\'cluster.ges_direct_requests\') = \'on\''),
+	'turned on for this test');
 
 # An uncontended lock mastered on node 2, from node 1: taken by the backend.
 my $r = resource_where($n1, 'd', 'master_node = 2');
