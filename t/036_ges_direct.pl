@@ -5,7 +5,8 @@
 # NOWAIT, timeouts, the value block and fencing tokens behave as on the LMS
 # path; a lock never leaks (the next taker gets it at once); a loop of fresh
 # locks goes direct; cluster.ges_direct_requests = off sends nothing direct;
-# an epoch change under a loop of direct locks loses and doubles nothing.
+# a session that ends right after its unlock leaves the lock cached; an epoch
+# change under a loop of direct locks loses and doubles nothing.
 use strict;
 use warnings;
 
@@ -29,11 +30,7 @@ sub stat1
 	return $node->safe_psql('postgres', "SELECT $col FROM pg_cluster_ges_stats");
 }
 
-is($n1->safe_psql('postgres', 'SHOW cluster.ges_direct_requests'), 'off', 'off by default');
-$_->safe_psql('postgres', 'ALTER SYSTEM SET cluster.ges_direct_requests = on; SELECT pg_reload_conf()')
-  for ($n1, $n2, $n3);
-ok($n1->poll_query_until('postgres', 'SELECT current_setting(\'cluster.ges_direct_requests\') = \'on\''),
-	'turned on for this test');
+is($n1->safe_psql('postgres', 'SHOW cluster.ges_direct_requests'), 'on', 'on by default');
 
 # An uncontended lock mastered on node 2, from node 1: taken by the backend.
 my $r = resource_where($n1, 'd', 'master_node = 2');
@@ -101,6 +98,23 @@ $s1->query_safe(
 	"SELECT pgrac_ges_lock('off' || g, 'EX', 20000), pgrac_ges_unlock('off' || g) FROM generate_series(1, 50) g");
 is(stat1($n1, 'direct_sent'), $sent1, 'cluster.ges_direct_requests = off: nothing sent direct');
 $s1->query_safe('RESET cluster.ges_direct_requests');
+
+# A session that takes a lock directly, unlocks it and ends at once: its exit
+# waits until its LMS has the relayed grant, so the lock is kept in node 1's
+# cache, never given back as a grant nobody waited for.
+my ($undone0, $taken2) = (stat1($n1, 'late_grants_undone'), stat1($n1, 'direct_taken'));
+my $cached = 0;
+for my $i (1 .. 30)
+{
+	my $x = resource_where($n1, "x$i", 'master_node = 2');
+	$n1->safe_psql('postgres', "SELECT pgrac_ges_lock('$x', 'EX') AND pgrac_ges_unlock('$x')");
+	$cached++
+	  if $n1->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM pg_cluster_ges_cache WHERE resource = '$x'");
+}
+cmp_ok(stat1($n1, 'direct_taken') - $taken2, '>=', 30, '30 one-lock sessions took their grants directly');
+is($cached, 30, 'each lock is in node 1\'s cache after its session ended');
+is(stat1($n1, 'late_grants_undone'), $undone0, 'no grant was given back as one nobody waited for');
 
 # An epoch change (node 3 restarts) under two loops of direct EX locks on the
 # same ten resources from nodes 1 and 2: every call succeeds or fails cleanly,

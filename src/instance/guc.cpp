@@ -35,7 +35,7 @@ int pgrac_heartbeat_interval_ms = 1000;
 int pgrac_busy_poll_us = 200;
 int pgrac_ges_deadlock_timeout_ms = 1000;
 int pgrac_ges_remaster_after = 32;
-bool pgrac_ges_direct_requests = false;
+bool pgrac_ges_direct_requests = true;
 int pgrac_peer_timeout_ms = 10000;
 int pgrac_rpc_timeout_ms = 5000;
 int pgrac_tcp_paths = 1;
@@ -271,7 +271,7 @@ void define_settings() {
         "wakeups fewer than through its own node's LMS and listener (docs/ges.md, \"Direct "
         "routing\"). Conversions, cached locks and locks mastered on this node never take it. "
         "off: every request goes through the LMS.",
-        &pgrac_ges_direct_requests, false, PGC_USERSET, 0, nullptr, nullptr, nullptr);
+        &pgrac_ges_direct_requests, true, PGC_USERSET, 0, nullptr, nullptr, nullptr);
     DefineCustomIntVariable(
         "cluster.reply_pool_size", "Shared memory for replies larger than 512 bytes in flight.",
         "A requester that may get a large reply (a block, a batch of blocks) takes 8 kB "

@@ -45,6 +45,15 @@ Pending g_pending;
 // (clearing slot->pid below is what it looks for).
 void ges_at_exit(int, Datum) {
     GesWaitSlot* slot = ges_my_slot();
+    // A grant this backend took itself (direct routing) stays in the slot
+    // until the LMS has the relay, which is in its queue already: a slot
+    // cleared first would make the LMS give the lock back (its Release, also
+    // queued, would then find nothing to keep in the node's cache). Bounded:
+    // an LMS that does not come gives the lock back, which is safe.
+    if (slot != nullptr) {
+        for (int i = 0; i < 1000 && (load_acquire(&slot->word) & 0xff) == kGesSelfGranted; i++)
+            pg_usleep(1000L);
+    }
     if (g_used) (void)ges_send_release_all(1000);
     ges_forget_held();
     g_pending.active = false;
