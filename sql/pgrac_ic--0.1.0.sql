@@ -160,7 +160,7 @@ AS 'MODULE_PATHNAME', 'pgrac_ges_locks' LANGUAGE C STRICT VOLATILE;
 
 CREATE VIEW pg_cluster_ges_locks AS SELECT * FROM pgrac_ges_locks();
 COMMENT ON VIEW pg_cluster_ges_locks IS
-    'Every global lock and request on every member''s masters: granted, converting (held_mode still held) or waiting; token is the grant''s fencing token';
+    'Every global lock and request on every member''s masters: granted, converting (held_mode still held) or waiting; and requests waiting in their own node for a local user of a cached lock (waiting_local); token is the grant''s fencing token';
 
 CREATE FUNCTION pgrac_ges_lock_token(resource text)
 RETURNS bigint
@@ -187,13 +187,14 @@ COMMENT ON FUNCTION pgrac_ges_set_lock_value(bigint, bytea) IS
 
 CREATE FUNCTION pgrac_ges_cache(
     OUT resource text, OUT lms_worker int, OUT mode text, OUT users bigint, OUT bast_mode text,
-    OUT converting boolean, OUT grant_token bigint, OUT tokens_left bigint, OUT hits bigint)
+    OUT converting boolean, OUT local_waiters boolean, OUT grant_token bigint,
+    OUT tokens_left bigint, OUT hits bigint)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'pgrac_ges_cache' LANGUAGE C STRICT VOLATILE;
 
 CREATE VIEW pg_cluster_ges_cache AS SELECT * FROM pgrac_ges_cache();
 COMMENT ON VIEW pg_cluster_ges_cache IS
-    'This node''s cached global locks (the node owner, pid 0 in pg_cluster_ges_locks): mode, local users, the mode a BAST asked for (no new local take until it is given back), a waiting local conversion, the grant''s token and the local takes left in its range';
+    'This node''s cached global locks (the node owner, pid 0 in pg_cluster_ges_locks): mode, local users, the mode a BAST asked for (no new local take until it is given back), a waiting local conversion, local requests waiting for its users, the grant''s token and the local takes left in its range';
 
 CREATE FUNCTION pgrac_ges_stats(
     OUT cache_capacity bigint, OUT cached bigint, OUT cache_hits bigint,
@@ -204,7 +205,8 @@ CREATE FUNCTION pgrac_ges_stats(
     OUT denials_delivered bigint, OUT late_grants_undone bigint, OUT dead_owners_reaped bigint,
     OUT cluster_deadlocks bigint, OUT replay_conflicts bigint, OUT value_invalidations bigint,
     OUT remasters bigint, OUT remaster_timeouts bigint, OUT direct_sent bigint,
-    OUT direct_taken bigint, OUT direct_served bigint, OUT direct_redirected bigint)
+    OUT direct_taken bigint, OUT direct_served bigint, OUT direct_redirected bigint,
+    OUT local_waits bigint)
 RETURNS record
 AS 'MODULE_PATHNAME', 'pgrac_ges_stats' LANGUAGE C STRICT VOLATILE;
 

@@ -4,7 +4,9 @@
 # gives it back once its local users are done; tokens keep growing through
 # local takes and give-backs; a NOWAIT from another node is granted once an
 # unused cached lock comes back; a conversion that the cache cannot make
-# turns the lock into the session's own; the counters and views show it.
+# turns the lock into the session's own; a second local session waits in the
+# node and is served from the cache, until a BAST sends it to the master behind
+# the remote waiter; the counters and views show it.
 use strict;
 use warnings;
 
@@ -115,6 +117,52 @@ ok($n1->poll_query_until('postgres', "SELECT users = 0 FROM pg_cluster_ges_cache
 	'its use ends with the session');
 is($n2->safe_psql('postgres', "SELECT pgrac_ges_lock('$e', 'EX', 5000)"), 't',
 	'and node 2 gets the lock');
+
+# ---- local waiters: a second session of node 1 waits in node 1 (no message
+# to the master) and is served from the cache; a BAST sends it to the master,
+# behind the remote waiter, which waits only for the user of the moment
+my $l = resource_where($n1, 'l', 'master_node = 2');
+$n1->safe_psql('postgres', "SELECT pgrac_ges_lock('$l', 'EX') AND pgrac_ges_unlock('$l')");
+ok($n1->poll_query_until('postgres', "SELECT count(*) = 1 FROM pg_cluster_ges_cache WHERE resource = '$l'"),
+	"node 1 caches $l");
+my ($la, $lb, $lc) = (bg($n1), bg($n1), bg($n1));
+my ($pb, $pc) = map { $_->query_safe('SELECT pg_backend_pid()') } ($lb, $lc);
+my $lw0 = stat1($n1, 'local_waits');
+my $ta = (split /\n/, $la->query_safe("SELECT pgrac_ges_lock('$l', 'EX'); SELECT pgrac_ges_lock_token('$l')"))[-1];
+$lb->query_until(qr/started/, "\\echo started\nSELECT pgrac_ges_lock('$l', 'EX', 20000);\n");
+ok( $n1->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM pg_cluster_ges_locks WHERE resource = '$l' AND node_id = 1 AND pid = $pb AND state = 'waiting_local'"),
+	'a second session of node 1 waits in node 1 (waiting_local)');
+is( $n1->safe_psql('postgres',
+		"SELECT string_agg(node_id || ':' || pid || ':' || state, ',') FROM pg_cluster_ges_locks WHERE resource = '$l' AND state <> 'waiting_local'"),
+	'1:0:granted', 'the master knows only the node\'s lock');
+is($n1->safe_psql('postgres', "SELECT local_waiters FROM pg_cluster_ges_cache WHERE resource = '$l'"),
+	't', 'the cache entry shows a local waiter');
+cmp_ok(stat1($n1, 'local_waits'), '>', $lw0, 'counted in local_waits');
+$la->query_safe("SELECT pgrac_ges_unlock('$l')");
+my $tb = (split /\n/, $lb->query_safe("SELECT pgrac_ges_lock_token('$l')"))[-1];
+cmp_ok($tb, '>', $ta, "served from the cache when the first session unlocked ($tb > $ta)");
+$lc->query_until(qr/started/, "\\echo started\nSELECT pgrac_ges_lock('$l', 'EX', 20000);\n");
+ok( $n1->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM pg_cluster_ges_locks WHERE resource = '$l' AND pid = $pc AND state = 'waiting_local'"),
+	'a third session waits in node 1 too');
+my $w3l = bg($n3);
+$w3l->query_until(qr/started/, "\\echo started\nSELECT pgrac_ges_lock('$l', 'EX', 20000);\n");
+ok( $n1->poll_query_until('postgres',
+		"SELECT string_agg(node_id::text, ',' ORDER BY since) = '3,1' FROM pg_cluster_ges_locks WHERE resource = '$l' AND state = 'waiting'"),
+	'node 3 asks: the BAST sends node 1\'s waiter to the master, behind node 3');
+$lb->query_safe("SELECT pgrac_ges_unlock('$l')");
+ok( $n1->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM pg_cluster_ges_locks WHERE resource = '$l' AND node_id = 3 AND state = 'granted'"),
+	'node 1\'s user unlocks: node 3 is granted, not node 1\'s waiter');
+is( $n1->safe_psql('postgres', "SELECT state FROM pg_cluster_ges_locks WHERE resource = '$l' AND pid = $pc"),
+	'waiting', 'node 1\'s waiter still waits at the master');
+$w3l->query_safe("SELECT pgrac_ges_unlock('$l')");
+ok( $n1->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM pg_cluster_ges_locks WHERE resource = '$l' AND pid = $pc AND state = 'granted'"),
+	'then node 1\'s waiter');
+$lc->query_safe("SELECT pgrac_ges_unlock('$l')");
+$_->quit for ($la, $lb, $lc, $w3l);
 
 # ---- many cached locks: the view reads each master's table in pages
 is( $n1->safe_psql('postgres',

@@ -106,6 +106,8 @@ struct GesShared {
     // lanes, grants they took themselves, and, as a master, direct requests
     // served and those sent back to the requester's LMS (Redirect).
     uint64_t direct_sent, direct_taken, direct_served, direct_redirected;
+    // Requests that waited in this node for a local user of a cached lock.
+    uint64_t local_waits;
     // Per LMS worker, a bit per hash of the resources mastered away from their
     // home in the worker's epoch (set by the worker, cleared at its epoch
     // start): a backend sends no direct request for one (a hint only).

@@ -195,6 +195,9 @@ class LmsHost final : public WorkerHost {
             case WorkerCounter::DirectRedirected:
                 count(&g->direct_redirected);
                 break;
+            case WorkerCounter::LocalWaits:
+                count(&g->local_waits);
+                break;
         }
     }
     void count_many(WorkerCounter counter, uint64_t n) override {
@@ -380,7 +383,8 @@ int ges_view_handler(const pgrac_ic_message* msg, pgrac_ic_reply* reply) {
                 put<uint32_t>(&g_view, r.proc);
                 put<uint8_t>(&g_view, static_cast<uint8_t>(r.mode));
                 put<uint8_t>(&g_view, static_cast<uint8_t>(r.held_mode));
-                put<uint8_t>(&g_view, static_cast<uint8_t>(r.state));
+                // 4: waiting in its own node (views/ges_functions.cpp)
+                put<uint8_t>(&g_view, r.local ? 4 : static_cast<uint8_t>(r.state));
                 put<int64_t>(&g_view, r.since);
                 put<uint64_t>(&g_view, r.state == LockState::Waiting ? 0 : w.token_of(r));
                 rows++;

@@ -45,8 +45,8 @@ Datum pgrac_ges_cache(PG_FUNCTION_ARGS) {
             const CacheEntry& e = copy[k];
             char name[80];
             ges_resource_text(e.resource, name, sizeof name);
-            Datum v[9];
-            bool nulls[9] = {false, false, false, false, false, false, false, false, false};
+            Datum v[10];
+            bool nulls[10] = {false, false, false, false, false, false, false, false, false, false};
             v[0] = CStringGetTextDatum(name);
             v[1] = Int32GetDatum(static_cast<int32>(NodeCache::worker_of_partition(part)));
             v[2] = CStringGetTextDatum(lock_mode_name(static_cast<LockMode>(e.mode)));
@@ -56,9 +56,10 @@ Datum pgrac_ges_cache(PG_FUNCTION_ARGS) {
             else
                 nulls[4] = true;
             v[5] = BoolGetDatum(e.converting != 0);
-            v[6] = counter_datum(e.grant_token);
-            v[7] = Int64GetDatum(static_cast<int64>(e.token_end - e.next_token));
-            v[8] = counter_datum(e.hits);
+            v[6] = BoolGetDatum(e.waiting != 0);
+            v[7] = counter_datum(e.grant_token);
+            v[8] = Int64GetDatum(static_cast<int64>(e.token_end - e.next_token));
+            v[9] = counter_datum(e.hits);
             tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, v, nulls);
         }
     }
@@ -83,7 +84,7 @@ Datum pgrac_ges_stats(PG_FUNCTION_ARGS) {
         ges_cache_unlock(part);
     }
     auto rd = [](uint64_t* p) { return counter_datum(pgrac::ic::load_relaxed(p)); };
-    constexpr int kCols = 27;
+    constexpr int kCols = 28;
     Datum v[kCols];
     bool nulls[kCols];
     memset(nulls, 0, sizeof nulls);
@@ -115,5 +116,6 @@ Datum pgrac_ges_stats(PG_FUNCTION_ARGS) {
     v[i++] = rd(&g->direct_taken);
     v[i++] = rd(&g->direct_served);
     v[i++] = rd(&g->direct_redirected);
+    v[i++] = rd(&g->local_waits);
     PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(desc, v, nulls)));
 }

@@ -142,13 +142,13 @@ void put_lock_row(ReturnSetInfo* rsinfo, const uint8_t* row) {
         static_cast<int32>(p[4] | p[5] << 8 | p[6] << 16 | static_cast<uint32_t>(p[7]) << 24));
     const LockMode mode = static_cast<LockMode>(p[8] % kLockModeCount);
     const LockMode held = static_cast<LockMode>(p[9] % kLockModeCount);
-    const LockState st = static_cast<LockState>(p[10]);
+    const LockState st = static_cast<LockState>(p[10]);  // 4: waiting in its own node
     int64_t since = 0;
     for (int b = 0; b < 8; b++) since |= static_cast<int64_t>(p[11 + b]) << (8 * b);
     v[4] = CStringGetTextDatum(lock_mode_name(mode));
     v[5] = CStringGetTextDatum(lock_mode_name(held));
     nulls[5] = st != LockState::Converting;
-    v[6] = CStringGetTextDatum(lock_state_name(st));
+    v[6] = CStringGetTextDatum(p[10] == 4 ? "waiting_local" : lock_state_name(st));
     v[7] = pgrac::glue::unix_us_to_timestamptz(since);
     uint64_t token = 0;
     for (int b = 0; b < 8; b++) token |= static_cast<uint64_t>(p[19 + b]) << (8 * b);

@@ -264,7 +264,7 @@ void forget_use_record(uint32_t entry, uint32_t generation) {
 // entry; *value gets the entry's value block after it.
 bool cache_take_local(const ResourceName& r, LockMode mode, LockMode prior, uint32_t fences,
                       uint32_t shard, uint64_t* token, uint32_t* entry, uint32_t* generation,
-                      const LockValue* write, LockValue* value) {
+                      const LockValue* write, LockValue* value, CacheMiss* miss = nullptr) {
     NodeCache* c = ges_node_cache();
     if (c == nullptr) return false;
     // A new use needs a record (else the lock comes from the master).
@@ -286,6 +286,7 @@ bool cache_take_local(const ResourceName& r, LockMode mode, LockMode prior, uint
             store_release(&ges_my_slot()->cached_uses[record], use_word(*entry, *generation));
     }
     ges_cache_unlock(part);
+    if (miss != nullptr) *miss = why;
     if (why != CacheMiss::None) {
         count_miss(why);
         return false;
@@ -652,13 +653,14 @@ bool ges_lock(const ResourceName& r, LockMode mode, int timeout_ms) {
         ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY),
                         errmsg("this session holds too many global locks (%d)", kGesMaxHeld)));
     // The node's cache first: no message, no other process woken.
+    CacheMiss miss = CacheMiss::NotCached;
     {
         uint64_t token;
         uint32_t entry, generation;
         LockValue value;
         if (h != nullptr) settle_hold(h);
         if (h == nullptr && cache_take_local(r, mode, LockMode::NL, fences0, shard0, &token, &entry,
-                                             &generation, nullptr, &value)) {
+                                             &generation, nullptr, &value, &miss)) {
             ges_add_held(GesHeld{r, mode, 1, fences0, shard0, token, true, entry, generation, value,
                                  false, false, LockMode::NL});
             return true;
@@ -704,9 +706,11 @@ bool ges_lock(const ResourceName& r, LockMode mode, int timeout_ms) {
     // failed send, anything raised in between) withdraws the request and
     // gives back a grant that won the race.
     // A new lock mastered on another node goes there on this backend's own
-    // lane (direct routing), registered with the LMS at the same time.
+    // lane (direct routing), registered with the LMS at the same time; not
+    // one the node caches (its LMS serves it, or queues it behind a local user).
     uint32_t direct_epoch = 0;
-    const uint16_t direct_to = h == nullptr ? direct_master(r, &direct_epoch) : 0;
+    const uint16_t direct_to =
+        h == nullptr && miss == CacheMiss::NotCached ? direct_master(r, &direct_epoch) : 0;
     PG_TRY();
     {
         // Room in the send queue is waited for within the caller's limit.

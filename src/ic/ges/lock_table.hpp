@@ -73,6 +73,7 @@ struct LockRow {
     LockState state = LockState::Granted;
     int64_t since = 0;  // entered this state
     uint64_t request_id = 0;
+    bool local = false;  // Waiting in its own node for a local user of a cached lock
 };
 
 class LockTable {

@@ -25,11 +25,13 @@ uint32_t cache_users(const CacheEntry& e) {
 }
 
 CacheMiss cache_take(CacheEntry& e, LockMode mode, LockMode prior, uint32_t fences,
-                     uint32_t shard_fences, uint64_t* token) {
+                     uint32_t shard_fences, uint64_t* token, bool queue_head) {
     if (e.state != kCacheCached) return CacheMiss::NotCached;
     if (e.fences != fences || e.shard_fences != shard_fences) return CacheMiss::Fenced;
     if (e.bast != 0 || e.converting != 0) return CacheMiss::Bast;
     if (!mode_at_most(mode, static_cast<LockMode>(e.mode))) return CacheMiss::ModeNotCovered;
+    // Local requests wait for this entry (FIFO): a new one goes behind them.
+    if (e.waiting != 0 && !queue_head && prior == LockMode::NL) return CacheMiss::LocalConflict;
     // The other users: every use but this session's own (prior).
     for (int m = 0; m < kLockModeCount; ++m) {
         uint32_t n = e.users[m];
@@ -49,7 +51,7 @@ CacheMiss cache_take(CacheEntry& e, LockMode mode, LockMode prior, uint32_t fenc
 bool cache_drop(CacheEntry& e, LockMode mode) {
     uint32_t& n = e.users[static_cast<int>(mode)];
     if (n > 0) n--;
-    return e.bast != 0 || e.converting != 0;
+    return e.bast != 0 || e.converting != 0 || e.waiting != 0;
 }
 
 // ---- layout: header, then per partition a Part, then all buckets, then all entries

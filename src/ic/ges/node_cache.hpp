@@ -47,7 +47,8 @@ struct CacheEntry {
     uint8_t bast;        // 0, or 1 + the mode a BAST said is blocked (no new take)
     uint8_t referenced;  // the eviction clock's bit: taken since the hand passed
     uint8_t converting;  // a local user's conversion waits at the LMS (no new take)
-    uint8_t pad[3];
+    uint8_t waiting;     // local requests wait at the LMS (no new take ahead of them)
+    uint8_t pad[2];
     uint32_t generation;  // bumped when the entry is freed: a use names (index, generation)
     int32_t next;         // next entry of its bucket (-1: none)
     uint32_t users[kLockModeCount];  // local users by mode
@@ -77,10 +78,13 @@ uint32_t cache_users(const CacheEntry& e);
 
 // A local take of `mode` by a session that already uses the entry in `prior`
 // (NL: a new take). Taken: the counts and *token are set, the take is counted.
+// While local requests wait at the LMS (`waiting`), a new take is a
+// LocalConflict (it queues behind them), except the LMS's own take for the
+// first of them (queue_head).
 CacheMiss cache_take(CacheEntry& e, LockMode mode, LockMode prior, uint32_t fences,
-                     uint32_t shard_fences, uint64_t* token);
+                     uint32_t shard_fences, uint64_t* token, bool queue_head = false);
 // Drops one local use of `mode`. True if the LMS must look at the entry now:
-// a BAST or a local conversion waits on it.
+// a BAST, a local conversion or a local request waits on it.
 bool cache_drop(CacheEntry& e, LockMode mode);
 
 class NodeCache {

@@ -197,6 +197,16 @@ void Worker::release_owner(Owner o, int64_t now, uint64_t bound) {
     erase_owner(&cancelling_, o);
     erase_owner(&orphans_, o);
     erase_owner(&held_tokens_, o);
+    std::set<ResourceName> waited;
+    for (auto it = local_waiters_.begin(); it != local_waiters_.end();) {
+        if (it->m.owner == o && released_by_bound(it->m.request_id, bound)) {
+            waited.insert(it->m.resource);
+            it = local_waiters_.erase(it);
+        } else {
+            ++it;
+        }
+    }
+    for (const ResourceName& r : waited) serve_local_waiters(r, now);
     if (epoch_ == 0) return;  // outside an epoch the next replay leaves them out
     GesMessage m;
     m.type = GesMsgType::ReleaseAll;
@@ -287,6 +297,9 @@ void Worker::drop_everything(const char* why) {
     for (const AfterTransfer& a : after_transfer_)
         host_.deliver_denial(a.m.owner.proc, a.m.request_id, DenyReason::NoQuorum);
     after_transfer_.clear();
+    for (const CachedConversion& w : local_waiters_)
+        host_.deliver_denial(w.m.owner.proc, w.m.request_id, DenyReason::NoQuorum);
+    local_waiters_.clear();
     clear_cache();
     registry_ = ClientRegistry();
     direct_.clear();  // their slots were denied above
@@ -679,25 +692,46 @@ int64_t Worker::deadlock_timeout_us() {
     return std::max<int64_t>(1, host_.deadlock_timeout_ms()) * 1000;
 }
 
+// The local users of r's cache entry (their pids), if it has one.
+std::vector<uint32_t> Worker::local_users(const ResourceName& r) const {
+    NodeCache* c = host_.node_cache();
+    if (c == nullptr) return {};
+    const uint32_t part = c->partition_of(r, index_);
+    uint32_t index = 0, generation = 0;
+    bool found = false;
+    host_.lock_cache_partition(part);
+    if (const CacheEntry* x = c->find(part, r)) {
+        index = c->index_of(x);
+        generation = x->generation;
+        found = true;
+    }
+    host_.unlock_cache_partition(part);
+    if (!found) return {};
+    return host_.cache_users(index, generation);
+}
+
 std::vector<WaitForEdge> Worker::old_edges(int64_t now, int64_t min_wait) const {
     std::vector<WaitForEdge> out = edges_waiting_at_least(table_.wait_for_edges(), now, min_wait);
+    // A local waiter waits for the entry's local users (its cancel comes here).
+    uint64_t order = 0;
+    for (const CachedConversion& w : local_waiters_) {
+        if (now - w.since < min_wait) continue;
+        for (uint32_t pid : local_users(w.m.resource)) {
+            WaitForEdge e;
+            e.waiter = w.m.owner;
+            e.holder = Owner{self_, pid};
+            e.resource = w.m.resource;
+            e.master = self_;
+            e.request_id = w.m.request_id;
+            e.since = w.since;
+            e.order = order++;
+            if (!(e.holder == e.waiter)) out.push_back(e);
+        }
+    }
     // Who really holds this node's cached locks that someone waits for (a
     // BAST came): their local users (deadlock.hpp, through_cached_locks).
-    NodeCache* c = host_.node_cache();
     for (const ResourceName& r : cache_basts_) {
-        if (c == nullptr) break;
-        const uint32_t part = c->partition_of(r, index_);
-        uint32_t index = 0, generation = 0;
-        bool found = false;
-        host_.lock_cache_partition(part);
-        if (const CacheEntry* x = c->find(part, r)) {
-            index = c->index_of(x);
-            generation = x->generation;
-            found = true;
-        }
-        host_.unlock_cache_partition(part);
-        if (!found) continue;
-        for (uint32_t pid : host_.cache_users(index, generation)) {
+        for (uint32_t pid : local_users(r)) {
             WaitForEdge e;
             e.waiter = node_owner(self_);
             e.holder = Owner{self_, pid};
@@ -714,7 +748,9 @@ void Worker::deadlock_tick(int64_t now) {
     const int64_t tau = deadlock_timeout_us();
     if (!replaying_ && now - last_wait_check_ >= std::min(kWaitCheckUs, tau)) {
         last_wait_check_ = now;
-        const std::optional<int64_t> oldest = table_.oldest_wait_since();
+        std::optional<int64_t> oldest = table_.oldest_wait_since();
+        for (const CachedConversion& w : local_waiters_)
+            if (!oldest || w.since < *oldest) oldest = w.since;
         if (oldest && now - *oldest >= tau && now - last_hint_ >= tau) {
             last_hint_ = now;
             hint_coordinator(now - *oldest);
@@ -957,7 +993,7 @@ void Worker::on_client(const GesMessage& m, int64_t now) {
             release_owner(m.owner, now, m.request_id);
             return;
         case GesMsgType::Cancel: {
-            if (cancel_after_transfer(m)) return;
+            if (cancel_after_transfer(m) || cancel_local_wait(m, now)) return;
             auto cv = conversions_.find(k);
             if (cv != conversions_.end() &&
                 (m.request_id == 0 || cv->second.m.request_id == m.request_id)) {
@@ -1054,6 +1090,9 @@ void Worker::on_master(uint16_t src, const GesMessage& m, int64_t now) {
         refuse_source(src, m, "it names an owner of another node");
         return;
     }
+    // A deadlock victim waiting in this node for a local user of a cached
+    // lock (its edge named this node as the master): withdrawn here.
+    if (coordinator_cancel && m.owner.node == self_ && cancel_local_wait(m, now)) return;
     if (!replay) note_owner_id(src, m);
     if (!replay && m.type != GesMsgType::ReleaseAll && !hosted(m.resource)) {
         if (master_for(m.resource, masters_) != self_) {
@@ -1653,6 +1692,8 @@ void Worker::cache_bast(const GesMessage& m, int64_t now) {
         return;
     }
     cache_basts_.insert(m.resource);
+    // Its local waiters go to the master, behind whoever caused the BAST.
+    flush_local_waiters(m.resource, now);
     cache_look(m.resource, now);
 }
 
@@ -1693,6 +1734,7 @@ void Worker::cache_look(const ResourceName& r, int64_t now) {
             mark_converting(r);
         }
     }
+    if (has_local_waiters(r)) serve_local_waiters(r, now);
     if (cache_basts_.count(r) != 0) {
         const Owner node = node_owner(self_);
         if (!registry_.find(node, r)) {
@@ -1796,6 +1838,17 @@ void Worker::cache_tick(int64_t now) {
         }
         ++it;
     }
+    std::set<ResourceName> waited;
+    for (auto it = local_waiters_.begin(); it != local_waiters_.end();) {
+        if (it->deadline != 0 && now >= it->deadline) {
+            host_.deliver_denial(it->m.owner.proc, it->m.request_id, DenyReason::Timeout);
+            waited.insert(it->m.resource);
+            it = local_waiters_.erase(it);
+            continue;
+        }
+        waited.insert(it->m.resource);
+        ++it;
+    }
     // Requests kept for a Transfer's grant that has not come (lost with a
     // session: the node owner's request waits for the next epoch) go to the
     // master after kAfterTransferUs.
@@ -1807,6 +1860,7 @@ void Worker::cache_tick(int64_t now) {
     // (A backend's notice may have been lost to a full queue.)
     std::set<ResourceName> look(cache_basts_.begin(), cache_basts_.end());
     for (const auto& [k, c] : conversions_) look.insert(k.resource);
+    look.insert(waited.begin(), waited.end());
     for (const ResourceName& r : look) cache_look(r, now);
 }
 
@@ -1839,22 +1893,28 @@ bool Worker::serve_from_cache(const GesMessage& m, int64_t now) {
         after_transfer_.push_back(AfterTransfer{m, now});
         return true;
     }
-    return take_for(m);
+    // Behind the local waiters of r (FIFO), or one itself if a local user's
+    // mode is all that stands in the way.
+    if (has_local_waiters(m.resource)) return wait_locally(m, now);
+    const CacheMiss miss = take_for(m);
+    if (miss == CacheMiss::LocalConflict) return wait_locally(m, now);
+    return miss == CacheMiss::None;
 }
 
-bool Worker::take_for(const GesMessage& m) {
+CacheMiss Worker::take_for(const GesMessage& m, bool queue_head) {
     NodeCache* c = host_.node_cache();
-    if (c == nullptr || !c->enabled()) return false;
+    if (c == nullptr || !c->enabled()) return CacheMiss::NotCached;
     const uint32_t part = c->partition_of(m.resource, index_);
     uint64_t token = 0;
     LockValue value;
     host_.lock_cache_partition(part);
     CacheEntry* x = c->find(part, m.resource);
-    const bool taken = x != nullptr && cache_take(*x, m.mode, LockMode::NL, fences_seen_,
-                                                  shard_fences_seen_, &token) == CacheMiss::None;
-    if (taken) value = x->value;
+    const CacheMiss miss = x == nullptr ? CacheMiss::NotCached
+                                        : cache_take(*x, m.mode, LockMode::NL, fences_seen_,
+                                                     shard_fences_seen_, &token, queue_head);
+    if (miss == CacheMiss::None) value = x->value;
     host_.unlock_cache_partition(part);
-    if (!taken) return false;
+    if (miss != CacheMiss::None) return miss;
     if (!host_.deliver_grant(m.owner.proc, m.request_id, token, value)) {
         // Nobody waits any more: the use ends at once. (Only this worker
         // frees the entry, and not while it has a user.)
@@ -1862,14 +1922,126 @@ bool Worker::take_for(const GesMessage& m) {
         if (CacheEntry* y = c->find(part, m.resource)) cache_drop(*y, m.mode);
         host_.unlock_cache_partition(part);
     }
-    return true;
+    return CacheMiss::None;
 }
 
 // The Transfer's grant came (or will not): the requests kept for it are
-// served from the cache, or go to the master.
+// served from the cache (or wait for a local user), or go to the master.
 void Worker::serve_after_transfer(const ResourceName& r, int64_t now) {
     for (const AfterTransfer& a : take_after_transfer(r))
-        if (!take_for(a.m)) direct_request(a.m, now);
+        if (!serve_from_cache(a.m, now)) direct_request(a.m, now);
+}
+
+// ---- local waiters (docs/ges.md, "Local waiters")
+//
+// A new request that the node's cached lock covers but a local user's mode
+// blocks waits here, not at the master: no message, and the next local user
+// is served from the cache when the blocking ones are done (a backend's
+// CacheNotify, as for a BAST). FIFO: while any waits, no new take (local or
+// here) goes ahead of it. A BAST ends it: the waiters go to the master, behind
+// the remote waiter, and the entry takes no one new, so a remote waiter waits
+// at most for the local users of the moment.
+
+std::vector<LockRow> Worker::snapshot() const {
+    std::vector<LockRow> rows = table_.snapshot();
+    for (const CachedConversion& w : local_waiters_) {
+        LockRow row;
+        row.name = w.m.resource;
+        row.resource = w.m.resource.to_string();
+        row.master = master_of(w.m.resource);
+        row.owner_node = w.m.owner.node;
+        row.proc = w.m.owner.proc;
+        row.mode = w.m.mode;
+        row.state = LockState::Waiting;
+        row.since = w.since;
+        row.request_id = w.m.request_id;
+        row.local = true;
+        rows.push_back(std::move(row));
+    }
+    return rows;
+}
+
+bool Worker::has_local_waiters(const ResourceName& r) const {
+    for (const CachedConversion& w : local_waiters_)
+        if (w.m.resource == r) return true;
+    return false;
+}
+
+bool Worker::wait_locally(const GesMessage& m, int64_t now) {
+    if (m.flags & kNoWait) {  // in use here, in a conflicting mode: not grantable now
+        host_.deliver_denial(m.owner.proc, m.request_id, DenyReason::NoWait);
+        return true;
+    }
+    for (const CachedConversion& w : local_waiters_)
+        if (w.m.owner == m.owner && w.m.resource == m.resource) return true;  // a copy
+    const int64_t deadline = m.timeout_ms ? now + static_cast<int64_t>(m.timeout_ms) * 1000 : 0;
+    local_waiters_.push_back(CachedConversion{m, deadline, now});
+    host_.count(WorkerCounter::LocalWaits);
+    mark_waiting(m.resource);
+    return true;
+}
+
+// The local users of r changed: its waiters are served from the cache in
+// order, as far as their modes allow; if the entry can serve no one any more
+// (a BAST, a conversion, fenced, gone), they go to the master.
+void Worker::serve_local_waiters(const ResourceName& r, int64_t now) {
+    for (auto it = local_waiters_.begin(); it != local_waiters_.end();) {
+        if (!(it->m.resource == r)) {
+            ++it;
+            continue;
+        }
+        const CacheMiss miss = take_for(it->m, true);
+        if (miss == CacheMiss::None) {
+            it = local_waiters_.erase(it);
+            continue;
+        }
+        if (miss != CacheMiss::LocalConflict) {
+            flush_local_waiters(r, now);
+            return;
+        }
+        break;  // the first still blocked: the rest wait behind it
+    }
+    mark_waiting(r);
+}
+
+void Worker::flush_local_waiters(const ResourceName& r, int64_t now) {
+    std::vector<GesMessage> out;
+    for (auto it = local_waiters_.begin(); it != local_waiters_.end();) {
+        if (it->m.resource == r) {
+            out.push_back(it->m);
+            it = local_waiters_.erase(it);
+        } else {
+            ++it;
+        }
+    }
+    mark_waiting(r);
+    for (const GesMessage& m : out) direct_request(m, now);
+}
+
+bool Worker::cancel_local_wait(const GesMessage& m, int64_t now) {
+    for (auto it = local_waiters_.begin(); it != local_waiters_.end(); ++it) {
+        if (it->m.resource == m.resource && it->m.owner == m.owner &&
+            (m.request_id == 0 || it->m.request_id == m.request_id)) {
+            const uint64_t id = it->m.request_id;
+            local_waiters_.erase(it);
+            host_.deliver_denial(m.owner.proc, id, m.reason);
+            serve_local_waiters(m.resource, now);  // the next may go now
+            return true;
+        }
+    }
+    return false;
+}
+
+// Marks r's entry while local requests wait for it (no new take ahead of
+// them, and a dropped use tells this worker).
+void Worker::mark_waiting(const ResourceName& r) {
+    NodeCache* c = host_.node_cache();
+    if (c == nullptr || !c->enabled()) return;
+    const bool waits = has_local_waiters(r);
+    const uint32_t part = c->partition_of(r, index_);
+    host_.lock_cache_partition(part);
+    if (CacheEntry* x = c->find(part, r)) x->waiting = waits ? 1 : 0;
+    host_.unlock_cache_partition(part);
 }
 
 // The requests kept for r's Transfer, in arrival order, out of the list.

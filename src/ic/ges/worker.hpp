@@ -90,6 +90,9 @@ enum class WorkerCounter : uint8_t {
     // requester's LMS (Redirect).
     DirectServed,
     DirectRedirected,
+    // Requests that waited in this node for a local user of a cached lock
+    // (no message: docs/ges.md, "Local waiters").
+    LocalWaits,
 };
 
 class WorkerHost {
@@ -213,7 +216,8 @@ class Worker {
     void check_membership(int64_t now);
 
     // Rows of this worker's table for the view; a holder's fencing token.
-    std::vector<LockRow> snapshot() const { return table_.snapshot(); }
+    // This worker's table, then the requests waiting here for a local user.
+    std::vector<LockRow> snapshot() const;
     uint64_t token_of(const LockRow& r) const;
     const ClientRegistry& registry() const { return registry_; }
     uint32_t index() const { return index_; }
@@ -319,7 +323,16 @@ class Worker {
     bool cache_on() const;
     void direct_request(const GesMessage& m, int64_t now);
     bool serve_from_cache(const GesMessage& m, int64_t now);
-    bool take_for(const GesMessage& m);
+    CacheMiss take_for(const GesMessage& m, bool queue_head = false);
+    // Local waiters: new requests a local user's mode blocks, queued here
+    // (FIFO) until the cached lock can serve them; a BAST sends them to the master.
+    bool wait_locally(const GesMessage& m, int64_t now);
+    bool has_local_waiters(const ResourceName& r) const;
+    void serve_local_waiters(const ResourceName& r, int64_t now);
+    void flush_local_waiters(const ResourceName& r, int64_t now);
+    bool cancel_local_wait(const GesMessage& m, int64_t now);
+    void mark_waiting(const ResourceName& r);
+    std::vector<uint32_t> local_users(const ResourceName& r) const;
     void serve_after_transfer(const ResourceName& r, int64_t now);
     std::vector<AfterTransfer> take_after_transfer(const ResourceName& r);
     bool cancel_after_transfer(const GesMessage& m);
@@ -442,6 +455,7 @@ class Worker {
     std::set<ResourceName> pending_basts_;         // BASTs that came before the Transfer's grant
     std::map<Key, CachedConversion> conversions_;  // conversions of cached locks waiting locally
     std::vector<AfterTransfer> after_transfer_;    // requests waiting for a Transfer's grant
+    std::vector<CachedConversion> local_waiters_;  // new requests waiting for a local user (FIFO)
     // Deadlock search: every worker's hinting, and the coordinator's round.
     int64_t last_wait_check_ = 0;
     int64_t last_hint_ = 0;

@@ -5,7 +5,10 @@
 // as the node owner's, backends take it again from the table, a BAST gives it
 // back once its users are done, tokens keep growing, a NOWAIT from another
 // node waits a moment for an unused cached lock, a conversion the cache cannot
-// make becomes the backend's own at the master, and a fence empties the cache.
+// make becomes the backend's own at the master, and a fence empties the cache;
+// local waiters queue in their node's LMS and are served from the cache, go
+// to the master behind a remote waiter when a BAST comes, and time out, are
+// cancelled or chosen as deadlock victims there.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -131,6 +134,18 @@ bool take(GesCluster& c, uint16_t node, const ResourceName& r, LockMode mode, ui
     return e != nullptr &&
            cache_take(*e, mode, LockMode::NL, lease_fences(c.host(node).lease_word()),
                       c.host(node).shard_fence[0], token) == CacheMiss::None;
+}
+
+// r cached on `node` in EX (a backend's lock released there) and taken from
+// the cache by backend `proc`, which the host names as its user.
+bool cached_and_used_by(GesCluster& c, uint16_t node, const ResourceName& r, uint32_t proc) {
+    c.request(node, proc - 1, r, LockMode::EX);
+    c.release(node, proc - 1, r);
+    uint64_t t = 0;
+    if (!take(c, node, r, LockMode::EX, &t)) return false;
+    CacheEntry* e = entry(c, node, r);
+    c.host(node).users_of[{c.host(node).cache.index_of(e), e->generation}] = {proc};
+    return true;
 }
 
 bool registry_has(GesCluster& c, uint16_t node, Owner o, const ResourceName& r) {
@@ -321,12 +336,7 @@ TEST(GesNodeCacheWorker, ADeadlockThroughACachedLockIsFoundAtItsUsers) {
     GesCluster c = cached_cluster(3);
     const ResourceName r1 = GesCluster::mastered_by(2, {1, 2, 3});
     const ResourceName r2 = GesCluster::mastered_by(3, {1, 2, 3});
-    c.request(1, 10, r1, LockMode::EX);
-    c.release(1, 10, r1);  // cached on node 1
-    uint64_t t = 0;
-    ASSERT_TRUE(take(c, 1, r1, LockMode::EX, &t));  // backend 11 uses it
-    CacheEntry* e = entry(c, 1, r1);
-    c.host(1).users_of[{c.host(1).cache.index_of(e), e->generation}] = {11};
+    ASSERT_TRUE(cached_and_used_by(c, 1, r1, 11));
     const uint64_t a = c.request(3, 30, r2, LockMode::EX);
     ASSERT_TRUE(c.granted(3, a));
     const uint64_t b = c.request(1, 11, r2, LockMode::EX);  // 11 waits for 30
@@ -356,6 +366,134 @@ TEST(GesNodeCacheWorker, AFenceEmptiesTheCache) {
     c.tick(1);
     EXPECT_NE(lease_fences(c.host(1).lease_word()), f0);
     EXPECT_EQ(entry(c, 1, r), nullptr) << "void with the node's other locks";
+}
+
+// ---- local waiters (docs/ges.md, "Local waiters")
+
+// The local waiters' rows of node's LMS (its view rows marked local).
+size_t local_rows(GesCluster& c, uint16_t node, const ResourceName& r) {
+    size_t n = 0;
+    for (const LockRow& row : c.worker(node).snapshot())
+        if (row.local && row.resource == r.to_string()) n++;
+    return n;
+}
+
+TEST(GesNodeCacheWorker, LocalWaitersQueueInTheirNodeAndAreServedFromTheCacheInOrder) {
+    GesCluster c = cached_cluster(3);
+    const ResourceName r = GesCluster::mastered_by(2, {1, 2, 3});
+    c.request(1, 10, r, LockMode::EX);
+    c.release(1, 10, r);  // cached on node 1
+    uint64_t t11 = 0;
+    ASSERT_TRUE(take(c, 1, r, LockMode::EX, &t11));  // backend 11 uses it
+    const uint64_t before = c.messages_delivered;
+    const uint64_t w12 = c.request(1, 12, r, LockMode::EX);
+    EXPECT_FALSE(c.granted(1, w12)) << "backend 11 still uses it";
+    EXPECT_EQ(entry(c, 1, r)->waiting, 1) << "the entry says a local request waits";
+    uint64_t tok = 0;
+    EXPECT_FALSE(take(c, 1, r, LockMode::EX, &tok)) << "no take ahead of the waiter";
+    const uint64_t w13 = c.request(1, 13, r, LockMode::EX);
+    EXPECT_EQ(c.messages_delivered, before) << "they wait in node 1: nothing sent";
+    EXPECT_EQ(c.rows(2, r).size(), 1u) << "the master knows only the node's lock";
+    EXPECT_EQ(local_rows(c, 1, r), 2u) << "node 1's view rows show both";
+    EXPECT_EQ(c.host(1).counter(WorkerCounter::LocalWaits), 2u);
+
+    ASSERT_TRUE(cache_drop(*entry(c, 1, r), LockMode::EX)) << "the LMS is told: a waiter";
+    c.cache_notify(1, 11, r);
+    ASSERT_TRUE(c.granted(1, w12)) << "the first waiter, from the cache";
+    EXPECT_FALSE(c.granted(1, w13));
+    EXPECT_GT(c.token(1, w12), t11);
+    EXPECT_NE(c.token(1, w12) & (kCacheTokenRange - 1), 0u) << "a local take";
+    cache_drop(*entry(c, 1, r), LockMode::EX);
+    c.cache_notify(1, 12, r);
+    ASSERT_TRUE(c.granted(1, w13));
+    EXPECT_GT(c.token(1, w13), c.token(1, w12));
+    EXPECT_EQ(entry(c, 1, r)->waiting, 0);
+    EXPECT_EQ(local_rows(c, 1, r), 0u);
+    EXPECT_EQ(c.messages_delivered, before) << "served without a message";
+    EXPECT_TRUE(c.no_conflicting_holders());
+}
+
+TEST(GesNodeCacheWorker, ABastSendsLocalWaitersToTheMasterBehindTheRemoteWaiter) {
+    GesCluster c = cached_cluster(3);
+    const ResourceName r = GesCluster::mastered_by(2, {1, 2, 3});
+    c.request(1, 10, r, LockMode::EX);
+    c.release(1, 10, r);
+    uint64_t t11 = 0;
+    ASSERT_TRUE(take(c, 1, r, LockMode::EX, &t11));
+    const uint64_t w12 = c.request(1, 12, r, LockMode::EX);
+    const uint64_t b = c.request(3, 30, r, LockMode::EX);  // BAST to node 1
+    EXPECT_EQ(local_rows(c, 1, r), 0u) << "the waiter went to the master";
+    std::vector<LockRow> rows = c.rows(2, r);
+    ASSERT_EQ(rows.size(), 3u);
+    EXPECT_EQ(rows[1].owner_node, 3) << "the remote waiter first";
+    EXPECT_EQ(rows[2].proc, 12u) << "node 1's waiter behind it";
+    cache_drop(*entry(c, 1, r), LockMode::EX);  // backend 11 is done
+    c.cache_notify(1, 11, r);
+    ASSERT_TRUE(c.granted(3, b)) << "the remote waiter waited only for the user of the moment";
+    EXPECT_FALSE(c.granted(1, w12));
+    EXPECT_GT(c.token(3, b), t11);
+    c.release(3, 30, r);
+    ASSERT_TRUE(c.granted(1, w12)) << "then node 1's waiter, as its own lock";
+    EXPECT_GT(c.token(1, w12), c.token(3, b));
+    EXPECT_TRUE(c.no_conflicting_holders());
+}
+
+TEST(GesNodeCacheWorker, LocalWaitersTimeOutAreCancelledAndNowaitIsRefusedAtOnce) {
+    GesCluster c = cached_cluster(2);
+    const ResourceName r = GesCluster::mastered_by(2, {1, 2});
+    c.request(1, 10, r, LockMode::PW);
+    c.release(1, 10, r);
+    uint64_t t = 0;
+    ASSERT_TRUE(take(c, 1, r, LockMode::PW, &t));  // backend 11
+    const uint64_t before = c.messages_delivered;
+    const uint64_t nw = c.request(1, 12, r, LockMode::PW, kNoWait);
+    EXPECT_TRUE(c.denied(1, nw, DenyReason::NoWait)) << "in use in a conflicting mode";
+    const uint64_t tw = c.request(1, 13, r, LockMode::PW, 0, 100);
+    const uint64_t cw = c.request(1, 14, r, LockMode::PW);
+    const uint64_t pr = c.request(1, 15, r, LockMode::PR);  // compatible with none of the PWs
+    c.advance_ms(150);
+    c.tick(1);
+    EXPECT_TRUE(c.denied(1, tw, DenyReason::Timeout));
+    EXPECT_EQ(local_rows(c, 1, r), 2u);
+    c.cancel(1, 14, r, cw);  // (its slot abandoned first, as the backend does)
+    EXPECT_EQ(local_rows(c, 1, r), 1u) << "withdrawn";
+    EXPECT_FALSE(c.granted(1, cw));
+    EXPECT_FALSE(c.granted(1, pr)) << "PR conflicts with backend 11's PW";
+    cache_drop(*entry(c, 1, r), LockMode::PW);
+    c.cache_notify(1, 11, r);
+    EXPECT_TRUE(c.granted(1, pr));
+    EXPECT_EQ(c.messages_delivered, before) << "all of it in node 1";
+    // A backend that ends while it waits locally: its ReleaseAll takes it out.
+    const uint64_t gone = c.request(1, 16, r, LockMode::PW);
+    c.release_all(1, 16);
+    EXPECT_EQ(local_rows(c, 1, r), 0u);
+    EXPECT_FALSE(c.granted(1, gone));
+    EXPECT_TRUE(c.no_conflicting_holders());
+}
+
+TEST(GesNodeCacheWorker, ADeadlockThroughALocalWaitIsBroken) {
+    GesCluster c = cached_cluster(3);
+    const ResourceName r1 = GesCluster::mastered_by(2, {1, 2, 3});
+    const ResourceName r2 = GesCluster::mastered_by(3, {1, 2, 3});
+    ASSERT_TRUE(cached_and_used_by(c, 1, r1, 11));
+    const uint64_t a = c.request(1, 12, r2, LockMode::EX);
+    ASSERT_TRUE(c.granted(1, a));                           // 12 holds r2 (its own lock at node 3)
+    const uint64_t b = c.request(1, 11, r2, LockMode::EX);  // 11 waits for 12 at node 3
+    c.advance_ms(1);
+    const uint64_t d = c.request(1, 12, r1, LockMode::EX);  // 12 waits in node 1 for 11
+    EXPECT_FALSE(c.granted(1, b));
+    EXPECT_FALSE(c.granted(1, d));
+    EXPECT_EQ(local_rows(c, 1, r1), 1u);
+    for (int i = 0; i < 30; i++) {  // tau is 300 ms: a hint, a round, a decision
+        c.advance_ms(50);
+        c.tick_all();
+    }
+    EXPECT_TRUE(c.denied(1, d, DenyReason::Deadlock)) << "the youngest wait of the cycle";
+    EXPECT_FALSE(c.denied(1, b, DenyReason::Deadlock));
+    EXPECT_EQ(local_rows(c, 1, r1), 0u);
+    c.release(1, 12, r2);
+    EXPECT_TRUE(c.granted(1, b));
+    EXPECT_TRUE(c.no_conflicting_holders());
 }
 
 }  // namespace
