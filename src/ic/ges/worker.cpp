@@ -1642,6 +1642,7 @@ void Worker::give_back_cached(const ResourceName& r, int64_t now) {
     LockValue value;
     if (!free_unused_entry(r, &value)) return;
     release_node_lock(r, now, value);
+    flush_local_waiters(r, now);  // (their users just left: they go to the master)
 }
 
 // A BAST: for the node owner's cached lock, or for a backend's lock that
@@ -1818,10 +1819,12 @@ bool Worker::convert_cached_now(const GesMessage& m, int64_t now) {
     rq.flags = static_cast<uint8_t>(rq.flags & kKnownEntryFlags);
     if (!registry_.on_request(m.owner, m.resource, m.mode, m.request_id, rq.flags, now, m.value)) {
         host_.deliver_denial(m.owner.proc, m.request_id, DenyReason::AlreadyPending);
-        return true;
+    } else {
+        sync(m.owner, m.resource);
+        to_master(rq, now);
     }
-    sync(m.owner, m.resource);
-    to_master(rq, now);
+    // The entry is gone: local waiters go to the master, behind the conversion.
+    flush_local_waiters(m.resource, now);
     return true;
 }
 
@@ -1838,17 +1841,18 @@ void Worker::cache_tick(int64_t now) {
         }
         ++it;
     }
-    std::set<ResourceName> waited;
+    std::set<ResourceName> waited, expired;
     for (auto it = local_waiters_.begin(); it != local_waiters_.end();) {
         if (it->deadline != 0 && now >= it->deadline) {
             host_.deliver_denial(it->m.owner.proc, it->m.request_id, DenyReason::Timeout);
-            waited.insert(it->m.resource);
+            expired.insert(it->m.resource);
             it = local_waiters_.erase(it);
             continue;
         }
         waited.insert(it->m.resource);
         ++it;
     }
+    for (const ResourceName& r : expired) serve_local_waiters(r, now);  // (and the mark)
     // Requests kept for a Transfer's grant that has not come (lost with a
     // session: the node owner's request waits for the next epoch) go to the
     // master after kAfterTransferUs.

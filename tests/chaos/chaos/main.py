@@ -233,14 +233,15 @@ def run(args):
 
 
 def ges_remasters(cluster):
-    """Per node, (remasters, remaster_timeouts, direct_taken, direct_served, direct_redirected)
-    from pg_cluster_ges_stats at the end (since the node's last start), or None where it
-    cannot be read."""
+    """Per node, (remasters, remaster_timeouts, direct_taken, direct_served, direct_redirected,
+    local_waits) from pg_cluster_ges_stats at the end (since the node's last start), or None
+    where it cannot be read."""
     out = {}
     for node in cluster.nodes:
         try:
             rows = node.query("SELECT remasters, remaster_timeouts, direct_taken, direct_served, "
-                              "direct_redirected FROM pg_cluster_ges_stats", timeout=10)
+                              "direct_redirected, local_waits FROM pg_cluster_ges_stats",
+                              timeout=10)
             out[str(node.i)] = list(rows[0])
         except Exception:  # noqa: BLE001 - an older extension, a node down: not counted
             out[str(node.i)] = None

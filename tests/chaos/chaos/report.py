@@ -211,6 +211,11 @@ def summary(meta, ops, unfinished, faults, fenced, res, out, violations_file=Non
                 "node %s %s" % (k, "not read" if v is None or len(v) < 5 else
                                 "%d grants taken by backends, %d served as master, %d redirected"
                                 % (v[2], v[3], v[4])) for k, v in sorted(rm.items())))
+        if any(v is not None and len(v) >= 6 for v in rm.values()):
+            p("local waiters (requests that waited in their node for a local user of a cached "
+              "lock): " + ", ".join("node %s %s" % (k, "not read" if v is None or len(v) < 6
+                                                    else "%d" % v[5])
+                                    for k, v in sorted(rm.items())))
     val = res.get("values") or {"violations": [], "reads": 0}
     if meta.get("values"):
         p("lock value blocks: not checked (%s)" % meta["values"])

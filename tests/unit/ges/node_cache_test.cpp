@@ -496,4 +496,39 @@ TEST(GesNodeCacheWorker, ADeadlockThroughALocalWaitIsBroken) {
     EXPECT_TRUE(c.no_conflicting_holders());
 }
 
+TEST(GesNodeCacheWorker, ATimedOutLastLocalWaiterLeavesTheEntryTakeable) {
+    GesCluster c = cached_cluster(2);
+    const ResourceName r = GesCluster::mastered_by(2, {1, 2});
+    c.request(1, 10, r, LockMode::EX);
+    c.release(1, 10, r);
+    uint64_t t = 0;
+    ASSERT_TRUE(take(c, 1, r, LockMode::EX, &t));
+    const uint64_t w = c.request(1, 12, r, LockMode::EX, 0, 100);
+    c.advance_ms(150);
+    c.tick(1);
+    ASSERT_TRUE(c.denied(1, w, DenyReason::Timeout));
+    EXPECT_EQ(entry(c, 1, r)->waiting, 0) << "no waiter left: the mark goes";
+    cache_drop(*entry(c, 1, r), LockMode::EX);
+    EXPECT_TRUE(take(c, 1, r, LockMode::EX, &t)) << "and takes work again";
+}
+
+TEST(GesNodeCacheWorker, ACachedConversionSendsTheLocalWaitersToTheMasterBehindIt) {
+    GesCluster c = cached_cluster(2);
+    const ResourceName r = GesCluster::mastered_by(2, {1, 2});
+    c.request(1, 10, r, LockMode::PW);
+    c.release(1, 10, r);
+    uint64_t t = 0;
+    ASSERT_TRUE(take(c, 1, r, LockMode::PW, &t));  // backend 11
+    const uint64_t w = c.request(1, 12, r, LockMode::PW);
+    EXPECT_EQ(local_rows(c, 1, r), 1u);
+    const uint64_t x = c.convert_cached(1, 11, r, LockMode::EX);  // 11 is the only user
+    ASSERT_TRUE(c.granted(1, x));
+    EXPECT_EQ(entry(c, 1, r), nullptr) << "the lock is backend 11's own again";
+    EXPECT_EQ(local_rows(c, 1, r), 0u) << "the waiter did not stay behind a gone entry";
+    EXPECT_FALSE(c.granted(1, w));
+    c.release(1, 11, r);
+    EXPECT_TRUE(c.granted(1, w)) << "granted at the master after the conversion's holder";
+    EXPECT_TRUE(c.no_conflicting_holders());
+}
+
 }  // namespace
