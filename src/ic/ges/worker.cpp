@@ -84,6 +84,7 @@ void Worker::start_after_restart(int64_t now) {
             n++;
         }
         got = "got back " + std::to_string(n) + " lock(s) and request(s) of this node";
+        clear_waiting_marks();  // the old process's local waiters are gone with it
     }
     host_.request_new_epoch();
     log(WorkerLogLevel::Log, "GES (LMS " + std::to_string(index_) + "): restarted; " + got +
@@ -137,6 +138,17 @@ void Worker::reap_dead_owners(int64_t now) {
             }
         }
     }
+    // Local waiters are not in the registry: those whose backend is gone go.
+    std::set<ResourceName> waited;
+    for (auto it = local_waiters_.begin(); it != local_waiters_.end();) {
+        if (!host_.owner_alive(it->m.owner.proc, it->m.request_id)) {
+            waited.insert(it->m.resource);
+            it = local_waiters_.erase(it);
+        } else {
+            ++it;
+        }
+    }
+    for (const ResourceName& r : waited) serve_local_waiters(r, now);
     for (auto& [o, resources] : dead) {
         host_.count(WorkerCounter::DeadOwnersReaped);
         log(WorkerLogLevel::Log, "GES (LMS " + std::to_string(index_) + "): backend " +
@@ -1897,9 +1909,9 @@ bool Worker::serve_from_cache(const GesMessage& m, int64_t now) {
         after_transfer_.push_back(AfterTransfer{m, now});
         return true;
     }
-    // Behind the local waiters of r (FIFO), or one itself if a local user's
-    // mode is all that stands in the way.
-    if (has_local_waiters(m.resource)) return wait_locally(m, now);
+    // A local user's mode, or local waiters ahead (the entry's mark), is all
+    // that stands in the way: it waits here, behind them (FIFO). A mode the
+    // cached lock does not cover goes to the master.
     const CacheMiss miss = take_for(m);
     if (miss == CacheMiss::LocalConflict) return wait_locally(m, now);
     return miss == CacheMiss::None;
@@ -1976,12 +1988,23 @@ bool Worker::wait_locally(const GesMessage& m, int64_t now) {
         host_.deliver_denial(m.owner.proc, m.request_id, DenyReason::NoWait);
         return true;
     }
-    for (const CachedConversion& w : local_waiters_)
-        if (w.m.owner == m.owner && w.m.resource == m.resource) return true;  // a copy
+    bool stale = false;
+    for (auto it = local_waiters_.begin(); it != local_waiters_.end(); ++it) {
+        if (!(it->m.owner == m.owner && it->m.resource == m.resource)) continue;
+        if (it->m.request_id == m.request_id) return true;  // a copy (a resend)
+        // An older request of the owner: its backend stopped waiting for it
+        // (its Cancel lost) or is gone (a new session in its slot).
+        local_waiters_.erase(it);
+        stale = true;
+        break;
+    }
     const int64_t deadline = m.timeout_ms ? now + static_cast<int64_t>(m.timeout_ms) * 1000 : 0;
     local_waiters_.push_back(CachedConversion{m, deadline, now});
     host_.count(WorkerCounter::LocalWaits);
-    mark_waiting(m.resource);
+    if (stale)
+        serve_local_waiters(m.resource, now);  // those behind the stale one may go now
+    else
+        mark_waiting(m.resource);
     return true;
 }
 
@@ -2316,9 +2339,10 @@ void Worker::clear_remastering() {
 
 // The node was fenced or this worker restarted: every entry of its
 // partitions is void (their users learn it from the fence counts).
-void Worker::clear_cache() {
-    cache_basts_.clear();
-    pending_basts_.clear();
+// Calls fn(partition, entry) for every cached entry of this worker's
+// partitions, each partition locked around it.
+template <typename Fn>
+void Worker::each_cached_entry(Fn fn) {
     NodeCache* c = host_.node_cache();
     if (c == nullptr || !c->enabled()) return;
     for (uint32_t p = 0; p < kCachePartsPerWorker; ++p) {
@@ -2328,10 +2352,23 @@ void Worker::clear_cache() {
         const uint32_t base = part * c->entries_per_partition();
         for (uint32_t i = 0; i < c->entries_per_partition(); ++i) {
             CacheEntry* x = c->at(base + i);
-            if (x != nullptr && x->state == kCacheCached) c->erase(part, x);
+            if (x != nullptr && x->state == kCacheCached) fn(part, x);
         }
         host_.unlock_cache_partition(part);
     }
+}
+
+// No local request waits in this process (a restart): no entry of its
+// partitions says one does.
+void Worker::clear_waiting_marks() {
+    each_cached_entry([](uint32_t, CacheEntry* x) { x->waiting = 0; });
+}
+
+void Worker::clear_cache() {
+    cache_basts_.clear();
+    pending_basts_.clear();
+    NodeCache* c = host_.node_cache();
+    each_cached_entry([c](uint32_t part, CacheEntry* x) { c->erase(part, x); });
 }
 
 // ---- direct routing (docs/ges.md, "Direct routing")

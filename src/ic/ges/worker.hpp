@@ -332,6 +332,9 @@ class Worker {
     void flush_local_waiters(const ResourceName& r, int64_t now);
     bool cancel_local_wait(const GesMessage& m, int64_t now);
     void mark_waiting(const ResourceName& r);
+    void clear_waiting_marks();
+    template <typename Fn>
+    void each_cached_entry(Fn fn);
     std::vector<uint32_t> local_users(const ResourceName& r) const;
     void serve_after_transfer(const ResourceName& r, int64_t now);
     std::vector<AfterTransfer> take_after_transfer(const ResourceName& r);

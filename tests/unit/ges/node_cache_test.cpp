@@ -14,12 +14,18 @@
 #include <string>
 #include <vector>
 
+#include "ges/cache_support.hpp"
 #include "ges/worker_support.hpp"
 #include "ic/ges/node_cache.hpp"
 
 using namespace pgrac::ic;
 using namespace pgrac::ic::ges;
+using pgrac::ic::ges::testing::cached_and_used_by;
+using pgrac::ic::ges::testing::cached_cluster;
+using pgrac::ic::ges::testing::entry;
 using pgrac::ic::ges::testing::GesCluster;
+using pgrac::ic::ges::testing::local_rows;
+using pgrac::ic::ges::testing::take;
 
 namespace {
 
@@ -111,42 +117,6 @@ TEST(GesNodeCache, TakeRules) {
 }
 
 // ---- the worker's side
-
-GesCluster cached_cluster(uint16_t n) {
-    GesCluster c(n);
-    std::vector<uint16_t> all;
-    for (uint16_t i = 1; i <= n; i++) {
-        all.push_back(i);
-        c.host(i).enable_cache(256);
-    }
-    c.commit_view(10, all);
-    return c;
-}
-
-CacheEntry* entry(GesCluster& c, uint16_t node, const ResourceName& r) {
-    NodeCache& nc = c.host(node).cache;
-    return nc.find(nc.partition_of(r, 0), r);
-}
-
-// A backend of `node` takes r in `mode` from the cache, as lock_client.cpp does.
-bool take(GesCluster& c, uint16_t node, const ResourceName& r, LockMode mode, uint64_t* token) {
-    CacheEntry* e = entry(c, node, r);
-    return e != nullptr &&
-           cache_take(*e, mode, LockMode::NL, lease_fences(c.host(node).lease_word()),
-                      c.host(node).shard_fence[0], token) == CacheMiss::None;
-}
-
-// r cached on `node` in EX (a backend's lock released there) and taken from
-// the cache by backend `proc`, which the host names as its user.
-bool cached_and_used_by(GesCluster& c, uint16_t node, const ResourceName& r, uint32_t proc) {
-    c.request(node, proc - 1, r, LockMode::EX);
-    c.release(node, proc - 1, r);
-    uint64_t t = 0;
-    if (!take(c, node, r, LockMode::EX, &t)) return false;
-    CacheEntry* e = entry(c, node, r);
-    c.host(node).users_of[{c.host(node).cache.index_of(e), e->generation}] = {proc};
-    return true;
-}
 
 bool registry_has(GesCluster& c, uint16_t node, Owner o, const ResourceName& r) {
     return c.worker(node).registry().find(o, r).has_value();
@@ -369,14 +339,6 @@ TEST(GesNodeCacheWorker, AFenceEmptiesTheCache) {
 }
 
 // ---- local waiters (docs/ges.md, "Local waiters")
-
-// The local waiters' rows of node's LMS (its view rows marked local).
-size_t local_rows(GesCluster& c, uint16_t node, const ResourceName& r) {
-    size_t n = 0;
-    for (const LockRow& row : c.worker(node).snapshot())
-        if (row.local && row.resource == r.to_string()) n++;
-    return n;
-}
 
 TEST(GesNodeCacheWorker, LocalWaitersQueueInTheirNodeAndAreServedFromTheCacheInOrder) {
     GesCluster c = cached_cluster(3);
