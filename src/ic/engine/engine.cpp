@@ -234,9 +234,15 @@ void Engine::drain_outbound() {
     ShmRing ring = outbound_ring(shm_);
     const uint8_t* rec;
     size_t len;
+    bool held = false;
     for (int budget = kOutboundBudget; budget > 0 && ring.peek(&rec, &len); budget--) {
         RingPrefix pre;
         std::memcpy(&pre, rec, sizeof pre);
+        // Another record behind this one (a stream, a burst): its frame may
+        // share this one's segments (the transport holds it: set_more).
+        const bool more = budget > 1 && ring.pushed() - ring.popped() > 1;
+        transport_->set_more(more);
+        held = held || more;
         if (len >= sizeof pre + kMessageHeaderSize && pre.payload_len == len - sizeof pre) {
             route_outbound(pre.node, pre.flags, rec + sizeof pre, pre.payload_len);
         } else {
@@ -244,6 +250,10 @@ void Engine::drain_outbound() {
         }
         ring.pop();
         work_++;
+    }
+    if (held) {
+        transport_->set_more(false);
+        transport_->push_more();  // nothing waits past this pass
     }
 }
 

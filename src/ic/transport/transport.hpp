@@ -68,6 +68,12 @@ class Transport {
     // Sends one frame: iov holds the 24-byte header and the payload pieces.
     // The transport copies or queues it; false if the connection is unusable.
     virtual bool send(ConnId conn, const iovec* iov, int iovcnt) = 0;
+    // A hint for the frames send() takes until it is set again: more follow
+    // at once, so they may share the wire's segments and the peer's wakeups
+    // (TCP: MSG_MORE). push_more() sends whatever the hint left pending; a
+    // send() without the hint does too, on its connection.
+    virtual void set_more(bool more) { (void)more; }
+    virtual void push_more() {}
     // Bytes accepted by send() but not yet written to the wire.
     virtual size_t queued_bytes(ConnId conn) const = 0;
     // Largest payload this connection accepts from now on (capped at

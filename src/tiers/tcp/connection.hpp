@@ -37,6 +37,7 @@ struct TcpConnection {
     int fd = -1;
     TcpConnState state = TcpConnState::Connecting;
     bool epollout = false;  // EPOLLOUT is in the epoll interest set
+    bool held = false;      // its last write carried MSG_MORE: push_more() sends it
     ic::FrameStreamDecoder decoder;
     TcpSendQueue out;
 

@@ -43,6 +43,8 @@ class TcpTransport final : public Transport {
     bool listen(const std::string& host, uint16_t port, std::string* error) override;
     ConnId connect(const std::string& host, uint16_t port, std::string* error) override;
     bool send(ConnId conn, const iovec* iov, int iovcnt) override;
+    void set_more(bool more) override { more_ = more; }
+    void push_more() override;
     size_t queued_bytes(ConnId conn) const override;
     void set_max_payload(ConnId conn, uint32_t max_payload) override;
     void close(ConnId conn) override;
@@ -90,6 +92,8 @@ class TcpTransport final : public Transport {
     int accept_pause_ms_ = 0;  // the last pause; 0 once an accept succeeds (no episode)
     std::chrono::steady_clock::time_point accept_resume_;
     TransportCounters counters_;
+    bool more_ = false;         // set_more(): writes carry MSG_MORE
+    std::vector<ConnId> held_;  // connections whose last write carried it
 };
 
 }  // namespace pgrac::tiers

@@ -5,6 +5,8 @@
 #include <cerrno>
 #include <climits>
 #include <new>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -23,13 +25,16 @@ constexpr int kReadsPerEvent = 16;  // then other sockets get their turn
 constexpr int kMaxIov = IOV_MAX;
 
 // writev() that cannot raise SIGPIPE (PostgreSQL processes do not all ignore it).
-ssize_t write_vectored(int fd, const iovec* iov, int iovcnt) {
+// more: more frames follow at once (MSG_MORE: the kernel holds a partial
+// segment for them, so that a burst of frames crosses in full segments, one
+// transmit and one wakeup of the peer for several).
+ssize_t write_vectored(int fd, const iovec* iov, int iovcnt, bool more = false) {
     msghdr msg{};
     msg.msg_iov = const_cast<iovec*>(iov);
     msg.msg_iovlen = static_cast<size_t>(iovcnt);
     ssize_t n;
     do {
-        n = sendmsg(fd, &msg, MSG_NOSIGNAL);
+        n = sendmsg(fd, &msg, MSG_NOSIGNAL | (more ? MSG_MORE : 0));
     } while (n < 0 && errno == EINTR);
     return n;
 }
@@ -47,8 +52,10 @@ bool TcpTransport::send(ConnId conn, const iovec* iov, int iovcnt) {
 
     size_t written = 0;
     if (c->state == TcpConnState::Open && c->out.empty() && iovcnt <= kMaxIov) {
-        const ssize_t n = write_vectored(c->fd, iov, iovcnt);
+        const ssize_t n = write_vectored(c->fd, iov, iovcnt, more_);
         ++counters_.send_calls;
+        if (more_ && !c->held) held_.push_back(c->id);
+        c->held = more_;
         if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
             end(*c, TcpCloseCause::WriteFailed, errno);
             return false;
@@ -69,6 +76,20 @@ bool TcpTransport::send(ConnId conn, const iovec* iov, int iovcnt) {
     }
     if (c->state == TcpConnState::Open) set_epollout(*c, true);
     return true;
+}
+
+void TcpTransport::push_more() {
+    // Clearing TCP_CORK (never set) pushes what MSG_MORE held, as a write
+    // without it would.
+    for (ConnId id : held_) {
+        TcpConnection* c = find(id);
+        if (c == nullptr || !c->held) continue;
+        c->held = false;
+        if (c->state != TcpConnState::Open) continue;
+        const int off = 0;
+        (void)setsockopt(c->fd, IPPROTO_TCP, TCP_CORK, &off, sizeof off);
+    }
+    held_.clear();
 }
 
 size_t TcpTransport::queued_bytes(ConnId conn) const {
@@ -144,6 +165,7 @@ void TcpTransport::flush(TcpConnection& c) {
             end(c, TcpCloseCause::WriteFailed, errno);
             return;
         }
+        c.held = false;  // a write without MSG_MORE sends what it held
         counters_.bytes_sent += static_cast<size_t>(n);
         counters_.frames_sent += c.out.consume(static_cast<size_t>(n));
         if (static_cast<size_t>(n) < want) break;  // socket buffer full

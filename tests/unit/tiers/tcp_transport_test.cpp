@@ -165,6 +165,32 @@ TEST_F(TcpPair, ManySmallFramesArriveInOrder) {
     EXPECT_EQ(a->counters().frames_recv, kFrames);
 }
 
+// Frames sent with the hint that more follow (MSG_MORE) share segments: the
+// kernel holds a partial one; push_more() sends it, and they arrive in order.
+TEST_F(TcpPair, FramesHeldForMoreGoOutOnPushMore) {
+    b->set_more(true);
+    for (uint32_t seq = 1; seq <= 3; ++seq) ASSERT_TRUE(send_frame(*b, bconn, message(seq, 100)));
+    b->set_more(false);
+    const auto t0 = Clock::now();
+    pump_until(
+        {a.get(), b.get()}, [&] { return ra.frames.size() == 3; }, std::chrono::milliseconds(100),
+        5);
+    const size_t before_push = ra.frames.size();
+    b->push_more();
+    ASSERT_TRUE(pump({a.get(), b.get()}, [&] { return ra.frames.size() == 3; }));
+    const auto waited = Clock::now() - t0;
+    for (uint32_t i = 0; i < 3; ++i) EXPECT_EQ(ra.frames[i].h.seq, i + 1);
+    EXPECT_EQ(before_push, 0u) << "held for the frames the hint promised";
+    EXPECT_LT(waited, std::chrono::milliseconds(150)) << "and sent by push_more at once";
+    // A send without the hint sends what an earlier one held, on its own.
+    b->set_more(true);
+    ASSERT_TRUE(send_frame(*b, bconn, message(4, 100)));
+    b->set_more(false);
+    ASSERT_TRUE(send_frame(*b, bconn, message(5, 100)));
+    ASSERT_TRUE(pump({a.get(), b.get()}, [&] { return ra.frames.size() == 5; }));
+    EXPECT_EQ(ra.frames[3].h.seq, 4u);
+}
+
 // The receiver does not read while the sender queues far more than the socket
 // buffers hold; once it reads, everything arrives, in order, and the queue
 // empties in batched writes.
