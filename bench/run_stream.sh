@@ -7,10 +7,13 @@
 #      (backend -> listener -> TCP -> peer listener -> one LMS worker), closed
 #      by a ping on the same route, so the time includes what the receiving
 #      LMS worker took to handle every note
+#   3. at 8192 B, one iperf3 stream with 8 KiB writes (-l 8192), the same bytes,
+#      its receiver's rate (when iperf3 is installed)
 # at 64 B (GES-sized), 512 B and 8192 B (block-sized). Every measurement runs
 # --rounds times, interleaved; the table reports the median over rounds and
 # the spread (min-max), and the ratio to raw TCP taken within each round.
-# It ends with the record tier3.stream8k.vs-raw.PROTECTION (scripts/scoreboard).
+# It ends with the records tier3.stream8k.vs-raw.PROTECTION and
+# tier3.stream8k.vs-iperf3 (scripts/scoreboard).
 #
 # Runs as root; the PostgreSQL parts run as the postgres user. Creates its own
 # temporary two-instance cluster and removes it on exit.
@@ -103,6 +106,22 @@ tcp_run() {  # tcp_run SIZE MESSAGES ROUND
     printf 'raw TCP stream\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" \
         "$(kv msgs_per_sec <<<" $out")" "$(kv mbytes_per_sec <<<" $out")" >>"$RESULTS"
 }
+IPERF3=$(command -v iperf3 || true)
+IPERF_PORT=$(pick_port 58000 58999)
+iperf_run() {  # iperf_run MESSAGES ROUND: one stream, 8 KiB writes, MESSAGES x 8 KiB
+    local json rate
+    timeout 60 "$IPERF3" -s -1 -B 127.0.0.1 -p "$IPERF_PORT" >/dev/null 2>&1 &
+    local server=$!
+    sleep 0.3
+    json=$(timeout 60 "$IPERF3" -c 127.0.0.1 -p "$IPERF_PORT" -l 8192 -n $(($1 * 8192)) -J) || {
+        kill "$server" 2>/dev/null
+        return 1
+    }
+    wait "$server" 2>/dev/null || true
+    rate=$(python3 -c 'import json,sys; b=json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]; print(b/8, b/8/1e6)' <<<"$json")
+    printf 'iperf3, one stream, 8 KiB writes\t8192\t%s\t%s\t%s\t%s\n' "$1" "$2" \
+        "$(awk '{printf "%.0f", $1 / 8192}' <<<"$rate")" "$(awk '{print $2}' <<<"$rate")" >>"$RESULTS"
+}
 ic_run() {  # ic_run SIZE MESSAGES ROUND
     local line
     line=$(psql_n "$PG1" "SELECT msgs_per_sec, mbytes_per_sec FROM pgrac_ic_stream(2, $1, $2)")
@@ -117,6 +136,7 @@ for r in $(seq 1 "$ROUNDS"); do
         read -r size n <<<"$spec"
         tcp_run "$size" "$n" "$r"
         ic_run "$size" "$n" "$r"
+        if [[ $size -eq 8192 && -n "$IPERF3" ]]; then iperf_run "$n" "$r"; fi
     done
 done
 
@@ -148,7 +168,7 @@ for k in sorted(order, key=lambda k: (k[1], k[0] != "raw TCP stream")):
     mps = [x[1] for x in v.values()]
     base = rows.get(("raw TCP stream", k[1]), {})
     rs = [v[r][1] / base[r][1] for r in v if r in base]
-    ratio = "1.00x" if k[0] == "raw TCP stream" else \
+    ratio = "1.00x" if k[0] == "raw TCP stream" else "–" if k[0].startswith("iperf3") else \
         f"**{med(rs):.2f}x** ({min(rs):.2f}–{max(rs):.2f})"
     n = next(iter(v.values()))[0]
     print(f"| {k[0]} | {k[1]} | {n} | {med(mps):,.0f} | {min(mps):,.0f}–{max(mps):,.0f} | "
@@ -174,7 +194,15 @@ echo "per-round results (what, size, messages, round, msgs/s, MB/s):"
 cat "$RESULTS"
 
 # ---- record (scripts/scoreboard): 8 KiB msgs/s against raw TCP, per round
-ROUNDS_8K=$(awk -F'\t' '$2 == 8192 { v[$4, ($1 == "raw TCP stream")] = $5 }
+ROUNDS_8K=$(awk -F'\t' '$2 == 8192 && $1 !~ /^iperf3/ { v[$4, ($1 == "raw TCP stream")] = $5 }
     END { for (r = 1; ((r, 0) in v) && ((r, 1) in v); r++) printf "%s/%s ", v[r, 0], v[r, 1] }' "$RESULTS")
 echo
 scoreboard_record "tier3.stream8k.vs-raw.$PROT" --rounds "$ROUNDS_8K" "${SETTINGS[@]}"
+# 8 KiB MB/s against iperf3 (payload bytes both), per round
+ROUNDS_IPERF=$(awk -F'\t' '$2 == 8192 && $1 != "raw TCP stream" { v[$4, ($1 ~ /^iperf3/)] = $6 }
+    END { for (r = 1; ((r, 0) in v) && ((r, 1) in v); r++) printf "%s/%s ", v[r, 0], v[r, 1] }' "$RESULTS")
+if [[ -n "$ROUNDS_IPERF" ]]; then
+    scoreboard_record tier3.stream8k.vs-iperf3 --rounds "$ROUNDS_IPERF" "${SETTINGS[@]}"
+else
+    echo "[$BENCH_NAME] no iperf3: tier3.stream8k.vs-iperf3 not measured" >&2
+fi
