@@ -357,7 +357,17 @@ bool Engine::send_frame(ic::ConnId id, FrameHeader h, const uint8_t* payload) {
         iovec iov[2] = {{hdr, kFrameHeaderSize}, {const_cast<uint8_t*>(payload), h.payload_len}};
         return transport_->send(id, iov, h.payload_len > 0 ? 2 : 1);
     }
-    g->seal(h, payload, h.payload_len, &seal_buf_);
+    if (g->mode() == WireProtection::Mac) {
+        // The payload goes from the retained frame as it is: header and tag apart.
+        uint8_t hdr[kFrameHeaderSize];
+        uint8_t tag[kFrameTagSize];
+        const uint32_t len = h.payload_len;
+        g->seal_apart(h, payload, len, hdr, tag);
+        iovec iov[3] = {
+            {hdr, kFrameHeaderSize}, {const_cast<uint8_t*>(payload), len}, {tag, kFrameTagSize}};
+        return transport_->send(id, iov, 3);
+    }
+    g->seal(h, payload, h.payload_len, &seal_buf_);  // secure: the cipher pass writes a copy
     iovec iov{seal_buf_.data(), seal_buf_.size()};
     return transport_->send(id, &iov, 1);
 }

@@ -140,6 +140,31 @@ void FrameGuard::seal(FrameHeader h, const uint8_t* payload, uint32_t len,
     put32(hdr + 20, crc32c(hdr, out->size()));
 }
 
+void FrameGuard::seal_apart(FrameHeader h, const uint8_t* payload, uint32_t len, uint8_t* hdr,
+                            uint8_t* tag) {
+    if (mode_ == WireProtection::Secure)
+        throw std::logic_error("FrameGuard::seal_apart: secure mode encrypts the payload");
+    const size_t tag_len = overhead();
+    h.payload_len = static_cast<uint32_t>(len + tag_len);
+    encode_frame_fields(h, hdr);  // crc field zero: this is the AAD
+    if (mode_ == WireProtection::Mac) {
+        begin(send_);
+        int n = 0;
+        bool ok = EVP_EncryptUpdate(send_.ctx, nullptr, &n, hdr, kFrameHeaderSize) == 1 &&
+                  (len == 0 ||
+                   EVP_EncryptUpdate(send_.ctx, nullptr, &n, payload, static_cast<int>(len)) == 1);
+        ok = ok && EVP_EncryptFinal_ex(send_.ctx, tag, &n) == 1 &&
+             EVP_CIPHER_CTX_ctrl(send_.ctx, EVP_CTRL_GCM_GET_TAG, kFrameTagSize, tag) == 1;
+        if (!ok) crypto_failed("AES-256-GCM seal");
+        ++send_.counter;
+    }
+    // The CRC of header, payload and tag, as seal() computes it over one buffer.
+    uint32_t crc = crc32c(hdr, kFrameHeaderSize);
+    if (len > 0) crc = crc32c(payload, len, crc);
+    if (tag_len > 0) crc = crc32c(tag, tag_len, crc);
+    put32(hdr + 20, crc);
+}
+
 bool FrameGuard::open(const FrameHeader& h, const uint8_t* payload, const uint8_t** plain,
                       uint32_t* plain_len) {
     if (mode_ == WireProtection::Crc) {

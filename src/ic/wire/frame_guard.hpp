@@ -60,6 +60,12 @@ class FrameGuard {
     // Seals one frame: h describes the plain payload (h.payload_len = len);
     // out receives header, payload (encrypted in secure mode) and tag, CRC set.
     void seal(FrameHeader h, const uint8_t* payload, uint32_t len, std::vector<uint8_t>* out);
+    // As seal(), for a mode that leaves the payload as it is (crc, mac): only
+    // the header (hdr, kFrameHeaderSize bytes) and the tag (tag, overhead()
+    // bytes) are written; the frame on the wire is hdr, payload, tag, the
+    // payload sent from where it is (no copy). Throws in secure mode.
+    void seal_apart(FrameHeader h, const uint8_t* payload, uint32_t len, uint8_t* hdr,
+                    uint8_t* tag);
     // Checks and opens one received frame (h as decoded: payload_len includes
     // the tag). On success *plain and *plain_len give the payload without tag
     // (in secure mode, decrypted into a buffer of the guard's, valid until the
