@@ -234,15 +234,29 @@ void Engine::drain_outbound() {
     ShmRing ring = outbound_ring(shm_);
     const uint8_t* rec;
     size_t len;
-    bool held = false;
+    // Whatever leaves the pass (its end, or an exception) turns the hint off
+    // and pushes what it held: no later write (heartbeat, ack, resend) carries it.
+    struct MoreHint {
+        Transport* t;
+        bool held = false;
+        ~MoreHint() {
+            if (!held) return;
+            t->set_more(false);
+            t->push_more();  // nothing waits past this pass
+        }
+    } hint{transport_.get()};
     for (int budget = kOutboundBudget; budget > 0 && ring.peek(&rec, &len); budget--) {
         RingPrefix pre;
         std::memcpy(&pre, rec, sizeof pre);
-        // Another record behind this one (a stream, a burst): its frame may
-        // share this one's segments (the transport holds it: set_more).
-        const bool more = budget > 1 && ring.pushed() - ring.popped() > 1;
+        // The next record goes the same way (a stream, a burst to one lane):
+        // its frame may share this one's segments (the transport holds it:
+        // set_more). Not for another node or lane, whose frames cannot.
+        const uint8_t* next;
+        size_t next_len;
+        const bool more = budget > 1 && ring.peek_next(&next, &next_len) &&
+                          same_wire(rec, len, next, next_len);
         transport_->set_more(more);
-        held = held || more;
+        hint.held = hint.held || more;
         if (len >= sizeof pre + kMessageHeaderSize && pre.payload_len == len - sizeof pre) {
             route_outbound(pre.node, pre.flags, rec + sizeof pre, pre.payload_len);
         } else {
@@ -251,10 +265,25 @@ void Engine::drain_outbound() {
         ring.pop();
         work_++;
     }
-    if (held) {
-        transport_->set_more(false);
-        transport_->push_more();  // nothing waits past this pass
-    }
+}
+
+// Two well-formed ring records whose frames take the same connection: the
+// same peer and lane.
+bool Engine::same_wire(const uint8_t* a, size_t a_len, const uint8_t* b, size_t b_len) {
+    RingPrefix pa, pb;
+    if (a_len < sizeof pa + kMessageHeaderSize || b_len < sizeof pb + kMessageHeaderSize)
+        return false;
+    std::memcpy(&pa, a, sizeof pa);
+    std::memcpy(&pb, b, sizeof pb);
+    if (pa.node != pb.node) return false;
+    // A reply due to a requester lane takes that lane's connection.
+    if (((pa.flags | pb.flags) & kFlagRpcReply) && !replies_due_.empty()) return false;
+    const Peer* p = peer_by_node(pa.node);
+    if (p == nullptr) return false;
+    MessageHeader ma, mb;
+    decode_message_header(a + sizeof pa, a_len - sizeof pa, &ma);
+    decode_message_header(b + sizeof pb, b_len - sizeof pb, &mb);
+    return choose_lane(*p, pa.flags, ma.route_key) == choose_lane(*p, pb.flags, mb.route_key);
 }
 
 void Engine::route_outbound(uint16_t node, uint16_t flags, const uint8_t* payload, uint32_t len) {

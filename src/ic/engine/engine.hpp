@@ -186,6 +186,7 @@ class Engine final : public ic::TransportHandler, public HandshakePolicy {
 
     // routing (engine.cpp)
     void drain_outbound();
+    bool same_wire(const uint8_t* a, size_t a_len, const uint8_t* b, size_t b_len);
     void route_outbound(uint16_t node, uint16_t flags, const uint8_t* payload, uint32_t len);
     void send_message(Peer& p, int lane, uint16_t flags, const uint8_t* payload, uint32_t len);
     // Puts one frame on a connection: with its CRC in crc mode, else sealed

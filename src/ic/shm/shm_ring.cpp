@@ -198,6 +198,27 @@ bool ShmRing::peek(const uint8_t** data, size_t* len) {
     }
 }
 
+bool ShmRing::peek_next(const uint8_t** data, size_t* len) {
+    const uint8_t* first;
+    size_t first_len;
+    if (!peek(&first, &first_len)) return false;
+    // As in peek(): a position below head was written in this lap.
+    uint64_t pos = h_->tail + record_bytes(first_len);
+    for (;;) {
+        if (pos == load_acquire(&h_->head)) return false;
+        RecordHeader* rec = h_->record_at(pos);
+        const uint32_t state = load_acquire(&rec->state);
+        if (state == kSkip) {
+            pos += sizeof(RecordHeader) + rec->len;
+            continue;
+        }
+        if (state != kCommitted) return false;
+        *data = reinterpret_cast<const uint8_t*>(rec + 1);
+        *len = rec->len;
+        return true;
+    }
+}
+
 void ShmRing::pop() {
     const uint8_t* data;
     size_t len;

@@ -46,6 +46,9 @@ class ShmRing {
     // Consumer: the oldest committed record, or false if none is ready.
     // The pointer stays valid until pop().
     bool peek(const uint8_t** data, size_t* len);
+    // Consumer: the committed record right behind the one peek() gives, or
+    // false if there is none yet. Valid until the pop() after next.
+    bool peek_next(const uint8_t** data, size_t* len);
     void pop();
 
     bool empty() const;

@@ -168,6 +168,9 @@ class FaultyTransport final : public ic::Transport, public ic::TransportHandler 
         }
         return inner_->send(conn, iov, iovcnt);
     }
+    // The MSG_MORE hint reaches the real transport, as in the listener.
+    void set_more(bool more) override { inner_->set_more(more); }
+    void push_more() override { inner_->push_more(); }
     size_t queued_bytes(ic::ConnId conn) const override { return inner_->queued_bytes(conn); }
     void set_max_payload(ic::ConnId conn, uint32_t max_payload) override {
         inner_->set_max_payload(conn, max_payload);

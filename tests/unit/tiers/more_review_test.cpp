@@ -150,4 +150,28 @@ TEST(SealApartReview, EmptyPayloadsAndRekeysMatchSeal) {
     }
 }
 
+// For the fix of finding 1 (ShmRing::peek_next, only with the fix applied):
+// the record behind the head, across a wrap (skip marker), none at the end.
+TEST(RingMoreReview, PeekNextCrossesTheWrap) {
+    std::vector<uint64_t> mem(ic::ShmRing::bytes_needed(4096) / 8 + 1);
+    ic::ShmRing r = ic::ShmRing::create(mem.data(), 4096);
+    std::vector<uint8_t> big(1500, 1), small(10, 2);
+    const uint8_t* d;
+    size_t n;
+    EXPECT_FALSE(r.peek_next(&d, &n));
+    ASSERT_EQ(r.push(big.data(), big.size()), ic::ShmRing::Push::Ok);
+    ASSERT_EQ(r.push(big.data(), big.size()), ic::ShmRing::Push::Ok);
+    EXPECT_FALSE(r.peek_next(&d, &n) && n != big.size());
+    r.pop();
+    big.assign(1500, 3);
+    ASSERT_EQ(r.push(big.data(), big.size()), ic::ShmRing::Push::Ok);  // wraps: skip marker first
+    ASSERT_TRUE(r.peek_next(&d, &n));
+    EXPECT_EQ(n, big.size());
+    EXPECT_EQ(d[0], 3);
+    r.pop();
+    EXPECT_FALSE(r.peek_next(&d, &n));
+    ASSERT_TRUE(r.peek(&d, &n));
+    EXPECT_EQ(d[0], 3);
+}
+
 }  // namespace
