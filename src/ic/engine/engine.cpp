@@ -253,8 +253,8 @@ void Engine::drain_outbound() {
         // set_more). Not for another node or lane, whose frames cannot.
         const uint8_t* next;
         size_t next_len;
-        const bool more = budget > 1 && ring.peek_next(&next, &next_len) &&
-                          same_wire(rec, len, next, next_len);
+        const bool more =
+            budget > 1 && ring.peek_next(&next, &next_len) && same_wire(rec, len, next, next_len);
         transport_->set_more(more);
         hint.held = hint.held || more;
         if (len >= sizeof pre + kMessageHeaderSize && pre.payload_len == len - sizeof pre) {

@@ -52,6 +52,16 @@ struct SentMessage {
     MessageHeader mh;
 };
 
+// The bytes of one frame given as pieces (what a transport's send() takes).
+inline std::vector<uint8_t> flatten(const iovec* iov, int iovcnt) {
+    std::vector<uint8_t> f;
+    for (int i = 0; i < iovcnt; i++) {
+        const auto* b = static_cast<const uint8_t*>(iov[i].iov_base);
+        f.insert(f.end(), b, b + iov[i].iov_len);
+    }
+    return f;
+}
+
 // Wraps the real TCP transport. It forwards everything, and on request drops
 // or duplicates outbound Message frames or closes connections underneath the
 // engine. It also learns each connection's lane from the Hello it carries.
@@ -129,11 +139,7 @@ class FaultyTransport final : public ic::Transport, public ic::TransportHandler 
         return inner_->connect(host, port, error);
     }
     bool send(ic::ConnId conn, const iovec* iov, int iovcnt) override {
-        std::vector<uint8_t> f;
-        for (int i = 0; i < iovcnt; i++) {
-            const auto* b = static_cast<const uint8_t*>(iov[i].iov_base);
-            f.insert(f.end(), b, b + iov[i].iov_len);
-        }
+        const std::vector<uint8_t> f = flatten(iov, iovcnt);
         FrameHeader h;
         if (f.size() >= kFrameHeaderSize &&
             decode_frame_header(f.data(), f.size(), kMaxFramePayload, &h) == FrameError::None) {

@@ -1,5 +1,7 @@
-// Review of 384d41e (MSG_MORE bursts: Transport::set_more / push_more used by
-// Engine::drain_outbound) and 796ee9d (mac frames sent as header, payload, tag).
+// The listener's outbound bursts (Engine::drain_outbound with the transport's
+// MSG_MORE hint, Transport::set_more / push_more) and mac frames sent as header,
+// payload and tag, from a review: a frame for one peer is never held while
+// records for others are sent, and an exception in a pass still pushes.
 //
 // Node 1 runs over a recording decorator of the real TCP transport that, unlike
 // FaultyTransport, forwards set_more()/push_more() (FaultyTransport inherits
@@ -45,11 +47,7 @@ class MoreRecorder final : public ic::Transport, public ic::TransportHandler {
         return inner_->connect(host, port, error);
     }
     bool send(ic::ConnId conn, const iovec* iov, int iovcnt) override {
-        std::vector<uint8_t> f;
-        for (int i = 0; i < iovcnt; i++) {
-            const auto* b = static_cast<const uint8_t*>(iov[i].iov_base);
-            f.insert(f.end(), b, b + iov[i].iov_len);
-        }
+        const std::vector<uint8_t> f = flatten(iov, iovcnt);
         Write w{conn, more_, FrameType::Hello, 0, Clock::now()};
         FrameHeader h;
         if (decode_frame_header(f.data(), f.size(), kMaxFramePayload, &h) == FrameError::None) {
@@ -133,8 +131,7 @@ class MoreReview : public ::testing::Test {
         engine_ = std::make_unique<Engine>(
             cfg(1), s, host_, [slot](ic::TransportHandler& h) -> std::unique_ptr<ic::Transport> {
                 tiers::TcpOptions o;
-                o.max_payload =
-                    static_cast<uint32_t>(kMessageHeaderSize + 65536 + kFrameTagSize);
+                o.max_payload = static_cast<uint32_t>(kMessageHeaderSize + 65536 + kFrameTagSize);
                 o.initial_max_payload = kMaxHandshakePayload;
                 auto t = std::make_unique<MoreRecorder>(h, o);
                 *slot = t.get();
@@ -220,9 +217,9 @@ TEST_F(MoreReview, FrameForOnePeerIsNotHeldWhileOtherPeersRecordsAreSent) {
         if (w.msg_type == kToTwo) to_two = &w;
     ASSERT_NE(to_two, nullptr);
     ASSERT_FALSE(rec_->pushes.empty());
-    const auto held_us = std::chrono::duration_cast<std::chrono::microseconds>(
-                             rec_->pushes.back() - to_two->at)
-                             .count();
+    const auto held_us =
+        std::chrono::duration_cast<std::chrono::microseconds>(rec_->pushes.back() - to_two->at)
+            .count();
     EXPECT_FALSE(to_two->more)
         << "node 2's frame was written with MSG_MORE although the next record goes to node 3; "
            "the kernel held it until push_more(), "

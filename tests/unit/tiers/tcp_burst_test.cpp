@@ -1,6 +1,7 @@
-// Review of 384d41e (TCP MSG_MORE / push_more) and 796ee9d (FrameGuard::seal_apart,
-// mac frames as three pieces): the transport- and guard-level checks. These
-// pass; they pin down behaviour the review relied on.
+// The TCP tier's MSG_MORE hint (push_more, a connection closed in a pass, the
+// kernel's ceiling when nothing pushes), three-piece frames queued in part,
+// FrameGuard::seal_apart against seal() through empty payloads and rekeys, and
+// ShmRing::peek_next: checks from a review of the burst and mac changes.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -40,8 +41,8 @@ class TcpMoreReview : public ::testing::Test {
         ASSERT_TRUE(a->listen("127.0.0.1", port, &error)) << error;
         bconn = b->connect("127.0.0.1", port, &error);
         ASSERT_NE(bconn, 0u) << error;
-        ASSERT_TRUE(
-            pump({a.get(), b.get()}, [&] { return rb.connected.size() == 1 && !ra.accepted.empty(); }));
+        ASSERT_TRUE(pump({a.get(), b.get()},
+                         [&] { return rb.connected.size() == 1 && !ra.accepted.empty(); }));
     }
     Recorder ra, rb;
     std::unique_ptr<Transport> a, b;
@@ -118,9 +119,9 @@ TEST_F(TcpMoreReview, UnpushedHintedFrameWaitsForTheKernel) {
     ASSERT_TRUE(send_frame(*b, bconn, frame));
     b->set_more(false);
     ASSERT_TRUE(pump({a.get(), b.get()}, [&] { return ra.frames.size() == 1; }));
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                        std::chrono::steady_clock::now() - t0)
-                        .count();
+    const auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+            .count();
     EXPECT_GE(ms, 150) << "held by the kernel without push_more()";
     b->push_more();
 }
