@@ -133,6 +133,29 @@ def main():
                             ("another node's freeze not excluded", h5, 1)):
         failed += got != want
         print("%s  %s: %d (want %d)" % ("ok  " if got == want else "FAIL", name, got, want))
+    # Fences a node's view lost (a restart) come from its server log: only those
+    # older than what the view still shows, each from the end of its millisecond.
+    import os
+    import tempfile
+    from . import history
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "server.log")
+        with open(path, "w") as f:
+            f.write("2026-11-27 21:14:12.612 UTC [3985] pgrac_ic listener LOG:  pgrac_ic: "
+                    "membership: fenced epoch 52 {2,3}: epoch 53 was committed without our vote\n"
+                    "2026-11-27 21:16:56.051 UTC [6758] pgrac_ic listener LOG:  pgrac_ic: "
+                    "membership: fenced epoch 212 {1,2,3}: lease expired\n"
+                    "2026-11-27 21:16:57.000 UTC [6758] pgrac_ic listener LOG:  other\n")
+        logged = history.log_fences(path, 3)
+        at0 = 1795814052.613  # 21:14:12.613 UTC
+        view = [{"node": 3, "at": at0 + 100.0, "epoch": 99, "event": "committed"},
+                {"node": 3, "at": 1795814216.0511, "epoch": 212, "event": "fenced"}]
+        merged = history.fenced_times(history.merge_log_fences(view, logged))
+        good = (len(logged) == 2 and abs(logged[0]["at"] - at0) < 1e-6 and
+                len(merged[3]) == 2 and abs(merged[3][0] - at0) < 1e-6)
+        failed += not good
+        print("%s  fences from the server log before the view's first row" %
+              ("ok  " if good else "FAIL"))
     # Progress: node 2 has no grant within the bound after the heal.
     p = run_check([op(1, "EX", 11.0, 11.1), op(2, "EX", 30.0, 30.1)],
                   [fault("partition", 1, 4.0, 10.0)])["progress"][0]
