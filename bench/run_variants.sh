@@ -65,7 +65,7 @@ cluster_ports  # only to pick PG1 etc. for the base; each variant gets its own b
 cluster_init pgrac-var
 prepare_base --pgbench 1
 
-declare -A PGP  # PGP[mode,n]: postgres port of node n of that mode's cluster
+declare -A VPGP  # VPGP[mode,n]: postgres port of node n of that mode's cluster
 used=()
 for m in "${MODES[@]}"; do
     ic1=$(pick_port 57000 57999 "${used[@]}")
@@ -75,7 +75,7 @@ for m in "${MODES[@]}"; do
     for n in 1 2; do
         p=$(pick_port 56000 56999 "${used[@]}")
         used+=("$p")
-        PGP[$m,$n]=$p
+        VPGP[$m,$n]=$p
         d="$WORK/$m$n"
         as_pg cp -a "$WORK/base" "$d"
         cat >>"$d/postgresql.conf" <<CONF
@@ -101,25 +101,25 @@ CONF
 done
 for m in "${MODES[@]}"; do
     for i in $(seq 1 120); do
-        s=$(psql_n "${PGP[$m,1]}" "SELECT state FROM pg_cluster_ic_peers WHERE node_id = 2" || true)
+        s=$(psql_n "${VPGP[$m,1]}" "SELECT state FROM pg_cluster_ic_peers WHERE node_id = 2" || true)
         [[ "$s" == UP ]] && break
         [[ $i -eq 120 ]] && { echo "$m cluster not UP: $s" >&2; exit 1; }
         sleep 0.5
     done
     # What the session runs with (builds that show it).
-    prot=$(psql_n "${PGP[$m,1]}" "SELECT to_jsonb(p) ->> 'wire_protection' FROM pg_cluster_ic_peers p
+    prot=$(psql_n "${VPGP[$m,1]}" "SELECT to_jsonb(p) ->> 'wire_protection' FROM pg_cluster_ic_peers p
                                   WHERE node_id = 2")
     log "$m: UP, wire protection ${prot:-(not shown by this build)}"
-    psql_n "${PGP[$m,2]}" "SELECT count(*) FROM pgbench_accounts" >/dev/null  # warm node 2
-    psql_n "${PGP[$m,1]}" "SELECT count(*) FROM pgrac_ic_bench(2, 64, 1000)" >/dev/null
-    psql_n "${PGP[$m,1]}" "SELECT count(*) FROM pgrac_fetch_block_bench(2, 'pgbench_accounts', 1000, 1)" >/dev/null
+    psql_n "${VPGP[$m,2]}" "SELECT count(*) FROM pgbench_accounts" >/dev/null  # warm node 2
+    psql_n "${VPGP[$m,1]}" "SELECT count(*) FROM pgrac_ic_bench(2, 64, 1000)" >/dev/null
+    psql_n "${VPGP[$m,1]}" "SELECT count(*) FROM pgrac_fetch_block_bench(2, 'pgbench_accounts', 1000, 1)" >/dev/null
 done
 log "all ${#MODES[@]} clusters UP; $ROUNDS rounds of $ITER iterations per measurement"
 
 declare -A R  # R[mode,what]: one "p50 p99" line per round
 for r in $(seq 1 "$ROUNDS"); do
     for m in "${MODES[@]}"; do
-        p=${PGP[$m,1]}
+        p=${VPGP[$m,1]}
         rpc=$(psql_n "$p" "SELECT round(p50_us::numeric, 1) || ' ' || round(p99_us::numeric, 1)
                            FROM pgrac_ic_bench(2, 64, $ITER)")
         blk=$(psql_n "$p" "SELECT round(p50_us::numeric, 1) || ' ' || round(p99_us::numeric, 1)
