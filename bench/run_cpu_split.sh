@@ -55,14 +55,7 @@ PROT=$(psql_n "$PG1" "SHOW cluster.wire_protection")
 psql_n "$PG2" "SELECT pg_prewarm('pgbench_accounts', 'buffer')" >/dev/null
 NBLOCKS=$(psql_n "$PG2" "SELECT pg_relation_size('pgbench_accounts') / 8192")
 
-as_pg tee "$WORK/fetch.sql" >/dev/null <<SQL
-\set b random(0, $((NBLOCKS - 1)))
-SELECT length(pgrac_fetch_block(2, 'pgbench_accounts', :b));
-SQL
-as_pg tee "$WORK/raw.sql" >/dev/null <<SQL
-\set b random(0, $((NBLOCKS - 1)))
-SELECT length(get_raw_page('pgbench_accounts', :b));
-SQL
+write_fetch_scripts "$NBLOCKS"
 PM1=$(head -1 "$WORK/n1/postmaster.pid")
 PM2=$(head -1 "$WORK/n2/postmaster.pid")
 log "machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), kernel $(uname -r)"

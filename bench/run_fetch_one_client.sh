@@ -91,14 +91,7 @@ POLL=$(psql_n "$PG1" "SHOW cluster.busy_poll_us")
 for p in "$PG1" "$PG2"; do psql_n "$p" "SELECT pg_prewarm('pgbench_accounts', 'buffer')" >/dev/null; done
 NBLOCKS=$(psql_n "$PG2" "SELECT pg_relation_size('pgbench_accounts') / 8192")
 
-as_pg tee "$WORK/fetch.sql" >/dev/null <<SQL
-\set b random(0, $((NBLOCKS - 1)))
-SELECT length(pgrac_fetch_block(2, 'pgbench_accounts', :b));
-SQL
-as_pg tee "$WORK/raw.sql" >/dev/null <<SQL
-\set b random(0, $((NBLOCKS - 1)))
-SELECT length(get_raw_page('pgbench_accounts', :b));
-SQL
+write_fetch_scripts "$NBLOCKS"
 # Both return the whole page (and the fetch comes from node 2).
 [[ $(psql_n "$PG1" "SELECT length(pgrac_fetch_block(2, 'pgbench_accounts', 1))") == 8192 &&
    $(psql_n "$PG1" "SELECT length(get_raw_page('pgbench_accounts', 1))") == 8192 ]] ||

@@ -245,3 +245,16 @@ scoreboard_settings() {
         printf -- '--setting\n%s=%s\n' "$k" "$(psql_n "$1" "SHOW $k")"
     done
 }
+# write_fetch_scripts NBLOCKS: the pgbench scripts $WORK/fetch.sql (node 2's
+# random block through pgrac_fetch_block, run on node 1) and $WORK/raw.sql
+# (the same block through get_raw_page): both return the whole 8 KiB page.
+write_fetch_scripts() {
+    as_pg tee "$WORK/fetch.sql" >/dev/null <<SQL
+\set b random(0, $(($1 - 1)))
+SELECT length(pgrac_fetch_block(2, 'pgbench_accounts', :b));
+SQL
+    as_pg tee "$WORK/raw.sql" >/dev/null <<SQL
+\set b random(0, $(($1 - 1)))
+SELECT length(get_raw_page('pgbench_accounts', :b));
+SQL
+}
