@@ -42,6 +42,15 @@ inline bool take(GesCluster& c, uint16_t node, const ResourceName& r, LockMode m
     return try_take(c, node, r, mode, token) == CacheMiss::None;
 }
 
+// r cached on `node` in `mode` (backend 10's lock released there), then taken
+// from the cache once (*token: the take's).
+inline bool cached_then_taken(GesCluster& c, uint16_t node, const ResourceName& r, LockMode mode,
+                              uint64_t* token) {
+    c.request(node, 10, r, mode);
+    c.release(node, 10, r);
+    return take(c, node, r, mode, token);
+}
+
 // r cached on `node` in EX (a backend's lock released there) and taken from
 // the cache by backend `proc`, which the host names as its user (for the
 // deadlock search).

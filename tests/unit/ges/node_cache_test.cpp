@@ -22,6 +22,7 @@ using namespace pgrac::ic;
 using namespace pgrac::ic::ges;
 using pgrac::ic::ges::testing::cached_and_used_by;
 using pgrac::ic::ges::testing::cached_cluster;
+using pgrac::ic::ges::testing::cached_then_taken;
 using pgrac::ic::ges::testing::entry;
 using pgrac::ic::ges::testing::GesCluster;
 using pgrac::ic::ges::testing::local_rows;
@@ -229,10 +230,8 @@ TEST(GesNodeCacheWorker, ABastGivesTheLockBackWhenItsUsersAreDone) {
 TEST(GesNodeCacheWorker, ALostNoticeIsMadeUpByTheTick) {
     GesCluster c = cached_cluster(2);
     const ResourceName r = GesCluster::mastered_by(2, {1, 2});
-    c.request(1, 10, r, LockMode::EX);
-    c.release(1, 10, r);
     uint64_t t = 0;
-    ASSERT_TRUE(take(c, 1, r, LockMode::EX, &t));
+    ASSERT_TRUE(cached_then_taken(c, 1, r, LockMode::EX, &t));
     const uint64_t b = c.request(2, 20, r, LockMode::EX);
     cache_drop(*entry(c, 1, r), LockMode::EX);  // and its CacheNotify is lost
     EXPECT_FALSE(c.granted(2, b));
@@ -263,10 +262,8 @@ TEST(GesNodeCacheWorker, ANowaitFromAnotherNodeGetsAnUnusedCachedLock) {
 TEST(GesNodeCacheWorker, AConversionTheCacheCannotMakeBecomesTheBackendsOwnLock) {
     GesCluster c = cached_cluster(2);
     const ResourceName r = GesCluster::mastered_by(2, {1, 2});
-    c.request(1, 10, r, LockMode::PR);
-    c.release(1, 10, r);
     uint64_t t = 0;
-    ASSERT_TRUE(take(c, 1, r, LockMode::PR, &t));  // backend 11
+    ASSERT_TRUE(cached_then_taken(c, 1, r, LockMode::PR, &t));  // backend 11
     uint64_t t2 = 0;
     ASSERT_TRUE(take(c, 1, r, LockMode::PR, &t2));  // backend 12
     const uint64_t x = c.convert_cached(1, 11, r, LockMode::EX);
@@ -287,10 +284,8 @@ TEST(GesNodeCacheWorker, AConversionTheCacheCannotMakeBecomesTheBackendsOwnLock)
 TEST(GesNodeCacheWorker, TwoReadersConvertingEachOtherLoseTheYoungest) {
     GesCluster c = cached_cluster(2);
     const ResourceName r = GesCluster::mastered_by(2, {1, 2});
-    c.request(1, 10, r, LockMode::PR);
-    c.release(1, 10, r);
     uint64_t t = 0;
-    ASSERT_TRUE(take(c, 1, r, LockMode::PR, &t));
+    ASSERT_TRUE(cached_then_taken(c, 1, r, LockMode::PR, &t));
     ASSERT_TRUE(take(c, 1, r, LockMode::PR, &t));
     const uint64_t x = c.convert_cached(1, 11, r, LockMode::EX);
     c.advance_ms(1);
@@ -343,10 +338,8 @@ TEST(GesNodeCacheWorker, AFenceEmptiesTheCache) {
 TEST(GesNodeCacheWorker, LocalWaitersQueueInTheirNodeAndAreServedFromTheCacheInOrder) {
     GesCluster c = cached_cluster(3);
     const ResourceName r = GesCluster::mastered_by(2, {1, 2, 3});
-    c.request(1, 10, r, LockMode::EX);
-    c.release(1, 10, r);  // cached on node 1
     uint64_t t11 = 0;
-    ASSERT_TRUE(take(c, 1, r, LockMode::EX, &t11));  // backend 11 uses it
+    ASSERT_TRUE(cached_then_taken(c, 1, r, LockMode::EX, &t11));  // backend 11 uses it
     const uint64_t before = c.messages_delivered;
     const uint64_t w12 = c.request(1, 12, r, LockMode::EX);
     EXPECT_FALSE(c.granted(1, w12)) << "backend 11 still uses it";
@@ -378,10 +371,8 @@ TEST(GesNodeCacheWorker, LocalWaitersQueueInTheirNodeAndAreServedFromTheCacheInO
 TEST(GesNodeCacheWorker, ABastSendsLocalWaitersToTheMasterBehindTheRemoteWaiter) {
     GesCluster c = cached_cluster(3);
     const ResourceName r = GesCluster::mastered_by(2, {1, 2, 3});
-    c.request(1, 10, r, LockMode::EX);
-    c.release(1, 10, r);
     uint64_t t11 = 0;
-    ASSERT_TRUE(take(c, 1, r, LockMode::EX, &t11));
+    ASSERT_TRUE(cached_then_taken(c, 1, r, LockMode::EX, &t11));
     const uint64_t w12 = c.request(1, 12, r, LockMode::EX);
     const uint64_t b = c.request(3, 30, r, LockMode::EX);  // BAST to node 1
     EXPECT_EQ(local_rows(c, 1, r), 0u) << "the waiter went to the master";
@@ -403,10 +394,8 @@ TEST(GesNodeCacheWorker, ABastSendsLocalWaitersToTheMasterBehindTheRemoteWaiter)
 TEST(GesNodeCacheWorker, LocalWaitersTimeOutAreCancelledAndNowaitIsRefusedAtOnce) {
     GesCluster c = cached_cluster(2);
     const ResourceName r = GesCluster::mastered_by(2, {1, 2});
-    c.request(1, 10, r, LockMode::PW);
-    c.release(1, 10, r);
     uint64_t t = 0;
-    ASSERT_TRUE(take(c, 1, r, LockMode::PW, &t));  // backend 11
+    ASSERT_TRUE(cached_then_taken(c, 1, r, LockMode::PW, &t));  // backend 11
     const uint64_t before = c.messages_delivered;
     const uint64_t nw = c.request(1, 12, r, LockMode::PW, kNoWait);
     EXPECT_TRUE(c.denied(1, nw, DenyReason::NoWait)) << "in use in a conflicting mode";
@@ -461,10 +450,8 @@ TEST(GesNodeCacheWorker, ADeadlockThroughALocalWaitIsBroken) {
 TEST(GesNodeCacheWorker, ATimedOutLastLocalWaiterLeavesTheEntryTakeable) {
     GesCluster c = cached_cluster(2);
     const ResourceName r = GesCluster::mastered_by(2, {1, 2});
-    c.request(1, 10, r, LockMode::EX);
-    c.release(1, 10, r);
     uint64_t t = 0;
-    ASSERT_TRUE(take(c, 1, r, LockMode::EX, &t));
+    ASSERT_TRUE(cached_then_taken(c, 1, r, LockMode::EX, &t));
     const uint64_t w = c.request(1, 12, r, LockMode::EX, 0, 100);
     c.advance_ms(150);
     c.tick(1);
@@ -477,10 +464,8 @@ TEST(GesNodeCacheWorker, ATimedOutLastLocalWaiterLeavesTheEntryTakeable) {
 TEST(GesNodeCacheWorker, ACachedConversionSendsTheLocalWaitersToTheMasterBehindIt) {
     GesCluster c = cached_cluster(2);
     const ResourceName r = GesCluster::mastered_by(2, {1, 2});
-    c.request(1, 10, r, LockMode::PW);
-    c.release(1, 10, r);
     uint64_t t = 0;
-    ASSERT_TRUE(take(c, 1, r, LockMode::PW, &t));  // backend 11
+    ASSERT_TRUE(cached_then_taken(c, 1, r, LockMode::PW, &t));  // backend 11
     const uint64_t w = c.request(1, 12, r, LockMode::PW);
     EXPECT_EQ(local_rows(c, 1, r), 1u);
     const uint64_t x = c.convert_cached(1, 11, r, LockMode::EX);  // 11 is the only user
