@@ -27,7 +27,8 @@ CREATE FUNCTION pgrac_ic_counters(
     OUT cq_overflow_count bigint, OUT p50_latency_us float8, OUT p99_latency_us float8,
     OUT p999_latency_us float8, OUT latency_samples bigint, OUT verbs_sends bigint,
     OUT verbs_recvs bigint, OUT served_in_place bigint, OUT in_place_handoffs bigint,
-    OUT direct_rpcs_sent bigint, OUT direct_rpcs_served bigint, OUT requester_lanes bigint)
+    OUT direct_rpcs_sent bigint, OUT direct_rpcs_served bigint, OUT requester_lanes bigint,
+    OUT rdma_writes bigint, OUT zero_copy_sends bigint)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'pgrac_ic_counters' LANGUAGE C STRICT VOLATILE PARALLEL SAFE;
 

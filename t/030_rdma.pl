@@ -151,6 +151,9 @@ my ($sends0, $recvs0) = split /\|/, q1(1, $verbs_sql);
 cmp_ok($sends0, '>', 0, 'node 1 has sent frames through the verbs transport');
 my ($sends2_0, $recvs2_0) = split /\|/, q1(2, $verbs_sql);
 my $direct0 = q1(1, $direct_sql);
+my $writes2_0 = q1(2, q{SELECT rdma_writes FROM pg_cluster_rdma_counters WHERE peer_node_id IS NULL});
+my $zc_sql = q{SELECT zero_copy_sends FROM pg_cluster_rdma_counters WHERE peer_node_id IS NULL};
+my $zc2_0 = q1(2, $zc_sql);
 
 # The bench, on the default path: each RPC on the backend's own queue pair
 # to node 2's listener (requester lanes); then, for the counters of node 1's
@@ -174,6 +177,17 @@ for my $b ([ 64, 500 ], [ 8192, 200 ], [ 65536, 20 ])
 cmp_ok(q1(1, $direct_sql) - $direct0, '>=', 720, 'node 1: the bench took its requester lane');
 my ($sends2_1, $recvs2_1) = split /\|/, q1(2, $verbs_sql);
 cmp_ok($recvs2_1 - $recvs2_0, '>=', 720, 'node 2: its listener received them through verbs');
+# Replies of 1 KiB and more (cluster.rdma_write_min) went into the backend's
+# landing slots by RDMA WRITE: the 8 KiB and 64 KiB ones, 220 at least.
+my $writes_sql = q{SELECT rdma_writes FROM pg_cluster_rdma_counters WHERE peer_node_id IS NULL};
+cmp_ok(q1(2, $writes_sql) - $writes2_0, '>=', 220,
+	'node 2: the 8 KiB and 64 KiB replies were RDMA WRITEs into the lane\'s landing slots');
+# No copy by the transport: under secure (the default) each reply is sealed
+# straight into its send slot, under crc and mac its payload is read in place
+# from the reply buffer when it is 2 KiB or more (docs/rdma.md, copies per path).
+my $protection0 = q1(2, 'SHOW cluster.wire_protection');
+cmp_ok(q1(2, $zc_sql) - $zc2_0, '>=', $protection0 eq 'secure' ? 720 : 220,
+	"node 2: its replies left without a copy into a send slot ($protection0)");
 my $off = 'SET cluster.requester_lanes = off; ';
 my ($done_off, $p50_off, $p99_off, $ops_off) = bench(64, 500, $off);
 is($done_off, 500, 'bench 64 B x 500 through both listeners');

@@ -49,6 +49,7 @@ int pgrac_rdma_gid_index = -1;
 int pgrac_rdma_hugepage_size = 1;
 int pgrac_rdma_cq_depth = 4096;
 int pgrac_rdma_use_xrc = 0;
+int pgrac_rdma_write_min = 1024;
 bool pgrac_rdma_numa_auto_bind = true;
 }
 
@@ -313,6 +314,12 @@ void define_settings() {
     DefineCustomEnumVariable(
         "cluster.rdma_use_xrc", "Use XRC queue pairs where the device supports them.", nullptr,
         &pgrac_rdma_use_xrc, 0, kXrcOptions, PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable(
+        "cluster.rdma_write_min",
+        "Frames of at least this size go to a requester lane by RDMA WRITE into the slots its "
+        "process offered; 0 sends every frame.",
+        nullptr, &pgrac_rdma_write_min, 1024, 0, 1048576, PGC_POSTMASTER, GUC_UNIT_BYTE, nullptr,
+        nullptr, nullptr);
     DefineCustomIntVariable("cluster.rpc_timeout", "Default time an RPC waits for its reply.",
                             nullptr, &pgrac_rpc_timeout_ms, 5000, 1, 3600000, PGC_USERSET,
                             GUC_UNIT_MS, nullptr, nullptr, nullptr);

@@ -32,6 +32,7 @@ extern int pgrac_rdma_hugepage_size;  // enum: 0 none, 1 2MB, 2 1GB
 extern int pgrac_rdma_cq_depth;
 extern int pgrac_rdma_use_xrc;  // enum: 0 auto, 1 on, 2 off
 extern bool pgrac_rdma_numa_auto_bind;
+extern int pgrac_rdma_write_min;  // bytes; 0 = never RDMA WRITE
 extern char* pgrac_witness_nodes;
 }
 

@@ -105,6 +105,8 @@ std::unique_ptr<pgrac::ic::Transport> make_verbs_or_tcp(pgrac::ic::TransportHand
     // (zero_copy_replies.hpp); nothing else is registered on the fly.
     o.zero_copy_min = kZeroCopyMin;
     o.zero_copy_registered_only = true;
+    // Replies to requester lanes land in their process's slots (docs/rdma.md).
+    o.write_min = static_cast<uint32_t>(pgrac_rdma_write_min);
     std::unique_ptr<pgrac::ic::Transport> t = pgrac::tiers::make_verbs_transport(h, o, &err);
     if (t && t->max_payload() < kVerbsMaxPayload) {
         err = "its frame limit " + std::to_string(t->max_payload()) + " is below the " +
@@ -188,6 +190,8 @@ void publish_transport_counters(IcShared* shm) noexcept {
             store_relaxed(&shm->verbs_sends, c.verbs_sends);
             store_relaxed(&shm->verbs_recvs, c.verbs_recvs);
             store_relaxed(&shm->cq_rebuilds, c.cq_rebuilds);
+            store_relaxed(&shm->rdma_writes, c.rdma_writes);
+            store_relaxed(&shm->zero_copy_sends, c.zero_copy_sends);
             // New overflows and QP errors also go to the errors view.
             auto report = [&](pgrac::ic::ErrorType t, uint64_t now, uint64_t before,
                               const char* what) {
@@ -227,6 +231,9 @@ std::unique_ptr<ic::Transport> make_verbs_lane_transport(ic::TransportHandler& h
     o.qp_send_depth = 4;
     o.mr_cache_entries = 1;
     o.zero_copy_min = 0;
+    // The listener writes its replies into these (cluster.rdma_write_min):
+    // the process has one RPC at a time, so two slots always have one free.
+    o.landing_slots = 2;
     o.connect_timeout_ms = connect_timeout_ms;
     return tiers::make_verbs_transport(h, o, error);
 }

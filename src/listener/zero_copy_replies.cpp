@@ -58,7 +58,8 @@ bool ready(pgrac::ic::Transport* t) {
 }  // namespace
 
 uint8_t* zero_copy_reply_body() {
-    if (pgrac_wire_protection != static_cast<int>(pgrac::ic::WireProtection::Crc)) return nullptr;
+    if (pgrac_wire_protection == static_cast<int>(pgrac::ic::WireProtection::Secure))
+        return nullptr;
     pgrac::ic::Transport* t = listener_verbs_transport();
     if (t == nullptr || !ready(t)) return nullptr;
     for (int i = 0; i < kBuffers; i++) {

@@ -10,9 +10,10 @@
 namespace pgrac::glue {
 
 // Listener: the body (after the message header's room) of a registered reply
-// buffer that no send reads now, or nullptr: not the verbs tiers, not
-// cluster.wire_protection = crc (a sealed frame is written anew anyway), the
-// registration failed, or every buffer is still in flight. The caller then
+// buffer that no send reads now, or nullptr: not the verbs tiers,
+// cluster.wire_protection = secure (the cipher writes the frame anew, into a
+// send slot), the registration failed, or every buffer is still in flight.
+// Under crc and mac the payload is sent from here (mac: header and tag apart). The caller then
 // uses its own buffer, which the transport copies.
 uint8_t* zero_copy_reply_body();
 

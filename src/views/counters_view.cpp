@@ -11,6 +11,7 @@ PG_FUNCTION_INFO_V1(pgrac_ic_counters);
 }
 
 #include <cstring>
+#include <initializer_list>
 
 #include "ic/base/atomics.hpp"
 #include "instance/shmem.hpp"
@@ -24,7 +25,7 @@ using pgrac::tiers::Tier;
 
 namespace {
 
-constexpr int kColumns = 26;
+constexpr int kColumns = 28;
 
 struct Row {
     uint64_t msgs_sent, msgs_recv, bytes_sent, bytes_recv, rpcs_sent, rpcs_served, retransmits,
@@ -103,13 +104,17 @@ void put_row(ReturnSetInfo* rsinfo, const IcShared* shm, int node, const Row& r,
     v[i++] = counter_datum(samples);
     // Frames the verbs transport moved (send and receive completions): proof
     // that the traffic went over RDMA, not a TCP fallback. Total row only.
-    for (const uint64_t* c : {&shm->verbs_sends, &shm->verbs_recvs}) {
-        if (verbs && node <= 0)
-            v[i] = counter_datum(load_relaxed(c));
-        else
-            n[i] = true;
-        i++;
-    }
+    // Transport-wide counters of the verbs tiers: the total row only.
+    auto verbs_total = [&](std::initializer_list<const uint64_t*> cs) {
+        for (const uint64_t* c : cs) {
+            if (verbs && node <= 0)
+                v[i] = counter_datum(load_relaxed(c));
+            else
+                n[i] = true;
+            i++;
+        }
+    };
+    verbs_total({&shm->verbs_sends, &shm->verbs_recvs});
     // Requests from the peer the listener served where they arrived, and
     // those it handed to an LMS worker because serving would have waited.
     v[i++] = counter_datum(r.served_in_place);
@@ -120,6 +125,9 @@ void put_row(ReturnSetInfo* rsinfo, const IcShared* shm, int node, const Row& r,
     v[i++] = counter_datum(r.direct_rpcs_sent);
     v[i++] = counter_datum(r.direct_rpcs_served);
     v[i++] = counter_datum(r.requester_lanes);
+    // Replies written into requester lanes' landing slots, and frames sent
+    // without a copy into a send slot (docs/rdma.md).
+    verbs_total({&shm->rdma_writes, &shm->zero_copy_sends});
     Assert(i == kColumns);
     tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, v, n);
 }

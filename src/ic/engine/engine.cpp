@@ -396,7 +396,19 @@ bool Engine::send_frame(ic::ConnId id, FrameHeader h, const uint8_t* payload) {
             {hdr, kFrameHeaderSize}, {const_cast<uint8_t*>(payload), len}, {tag, kFrameTagSize}};
         return transport_->send(id, iov, 3);
     }
-    g->seal(h, payload, h.payload_len, &seal_buf_);  // secure: the cipher pass writes a copy
+    // secure: the cipher pass writes a copy, straight into the transport's
+    // send buffer when it lends one (verbs), so that it is the only one.
+    const size_t sealed = kFrameHeaderSize + h.payload_len + g->overhead();
+    if (uint8_t* room = transport_->reserve_frame(id, sealed)) {
+        try {
+            g->seal_into(h, payload, h.payload_len, room);
+        } catch (...) {
+            transport_->cancel_reserved(id);
+            throw;
+        }
+        return transport_->send_reserved(id, sealed);
+    }
+    g->seal(h, payload, h.payload_len, &seal_buf_);
     iovec iov{seal_buf_.data(), seal_buf_.size()};
     return transport_->send(id, &iov, 1);
 }

@@ -144,6 +144,9 @@ struct IcShared {
     // Also verbs only, published by the listener (verbs_glue.cpp): send and
     // receive completions of frames, and CQ/SRQ rebuilds after an overflow.
     uint64_t verbs_sends, verbs_recvs, cq_rebuilds;
+    // Frames written into requester lanes' landing slots (RDMA WRITE), and
+    // frames whose payload the device read in place (no copy into a slot).
+    uint64_t rdma_writes, zero_copy_sends;
 
     PeerShared peers[kMaxNodes];  // index node_id - 1
     LatencyHistogram total_latency;

@@ -32,7 +32,11 @@ struct TransportCounters {
     uint64_t send_queue_waits = 0;  // frames queued in user space: send queue or slots full
     uint64_t srq_low_events = 0;    // IBV_EVENT_SRQ_LIMIT_REACHED: receives ran low
     uint64_t cq_rebuilds = 0;       // CQ+SRQ recreated after an overflow or error
-    uint64_t zero_copy_sends = 0;   // frames sent with a payload piece from the MR cache
+    // frames the transport sent without copying them: a payload piece read in
+    // place from the MR cache, or a frame written into its slot (reserve_frame)
+    uint64_t zero_copy_sends = 0;
+    uint64_t rdma_writes = 0;    // frames written into a peer's landing slot (RDMA WRITE)
+    uint64_t landed_frames = 0;  // frames the peer wrote into our landing slots
     // tcp only: accept() failed for lack of descriptors or memory (EMFILE,
     // ENFILE, ENOBUFS, ENOMEM) and the listening sockets were left alone for
     // a back-off period; one per pause, several per episode.
@@ -74,6 +78,24 @@ class Transport {
     // send() without the hint does too, on its connection.
     virtual void set_more(bool more) { (void)more; }
     virtual void push_more() {}
+    // Room for one whole frame of `bytes` on conn, in memory the transport
+    // sends from as it is (verbs: a registered send slot), so that a caller
+    // who must write the frame anyway (sealing it) writes it there, not into
+    // a buffer of its own that is copied again. nullptr when the transport
+    // has none to lend now: build the frame elsewhere and send() it. Room
+    // returned is given back by send_reserved() (sends what was written
+    // there) or cancel_reserved(), before any other call on the transport.
+    virtual uint8_t* reserve_frame(ConnId conn, size_t bytes) {
+        (void)conn;
+        (void)bytes;
+        return nullptr;
+    }
+    virtual bool send_reserved(ConnId conn, size_t bytes) {
+        (void)conn;
+        (void)bytes;
+        return false;
+    }
+    virtual void cancel_reserved(ConnId conn) { (void)conn; }
     // Bytes accepted by send() but not yet written to the wire.
     virtual size_t queued_bytes(ConnId conn) const = 0;
     // Largest payload this connection accepts from now on (capped at

@@ -112,10 +112,15 @@ void FrameGuard::begin(Direction& d) {
 
 void FrameGuard::seal(FrameHeader h, const uint8_t* payload, uint32_t len,
                       std::vector<uint8_t>* out) {
+    out->resize(kFrameHeaderSize + len + overhead());
+    seal_into(h, payload, len, out->data());
+}
+
+void FrameGuard::seal_into(FrameHeader h, const uint8_t* payload, uint32_t len, uint8_t* out) {
     const size_t tag = overhead();
     h.payload_len = static_cast<uint32_t>(len + tag);
-    out->resize(kFrameHeaderSize + h.payload_len);
-    uint8_t* hdr = out->data();
+    const size_t frame_len = kFrameHeaderSize + h.payload_len;
+    uint8_t* hdr = out;
     encode_frame_fields(h, hdr);  // crc field zero: this is the AAD
     uint8_t* body = hdr + kFrameHeaderSize;
     if (mode_ == WireProtection::Crc) {
@@ -137,7 +142,7 @@ void FrameGuard::seal(FrameHeader h, const uint8_t* payload, uint32_t len,
         if (!ok) crypto_failed("AES-256-GCM seal");
         ++send_.counter;
     }
-    put32(hdr + 20, crc32c(hdr, out->size()));
+    put32(hdr + 20, crc32c(hdr, frame_len));
 }
 
 void FrameGuard::seal_apart(FrameHeader h, const uint8_t* payload, uint32_t len, uint8_t* hdr,

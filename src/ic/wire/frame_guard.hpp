@@ -60,6 +60,9 @@ class FrameGuard {
     // Seals one frame: h describes the plain payload (h.payload_len = len);
     // out receives header, payload (encrypted in secure mode) and tag, CRC set.
     void seal(FrameHeader h, const uint8_t* payload, uint32_t len, std::vector<uint8_t>* out);
+    // As seal(), into out's kFrameHeaderSize + len + overhead() bytes (a
+    // transport's send buffer: the cipher pass is then the only copy).
+    void seal_into(FrameHeader h, const uint8_t* payload, uint32_t len, uint8_t* out);
     // As seal(), for a mode that leaves the payload as it is (crc, mac): only
     // the header (hdr, kFrameHeaderSize bytes) and the tag (tag, overhead()
     // bytes) are written; the frame on the wire is hdr, payload, tag, the

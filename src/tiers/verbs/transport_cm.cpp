@@ -6,7 +6,9 @@
 #include <netdb.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "tiers/conn_bookkeeping.hpp"
@@ -52,8 +54,10 @@ bool resolve(const std::string& host, uint16_t port, bool passive, addrinfo** ou
     return true;
 }
 
-rdma_conn_param conn_param() {
+rdma_conn_param conn_param(const uint8_t* private_data = nullptr, uint8_t private_len = 0) {
     rdma_conn_param p{};
+    p.private_data = private_data;
+    p.private_data_len = private_len;
     p.responder_resources = 1;
     p.initiator_depth = 1;
     p.retry_count = kRetryCount;
@@ -62,6 +66,34 @@ rdma_conn_param conn_param() {
 }
 
 }  // namespace
+
+LandingArea::~LandingArea() {
+    if (mr != nullptr) ibv_dereg_mr(mr);
+    std::free(buf);
+}
+
+bool VerbsTransport::make_landing(VerbsConn& c, std::string* error) {
+    auto a = std::make_unique<LandingArea>();
+    a->slots = std::min(opts_.landing_slots, kMaxLandingSlots);
+    a->slot_bytes =
+        static_cast<uint32_t>(BufferPool::round_slot(ic::kFrameHeaderSize + max_payload_));
+    const size_t page = 4096;
+    a->bytes = (size_t{a->slots} * a->slot_bytes + page - 1) / page * page;
+    a->buf = static_cast<uint8_t*>(std::aligned_alloc(page, a->bytes));
+    if (a->buf == nullptr) {
+        *error = "landing slots: out of memory";
+        return false;
+    }
+    a->mr = ibv_reg_mr(pd_, a->buf, a->bytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    if (a->mr == nullptr) {
+        *error = "ibv_reg_mr of the " + std::to_string(a->bytes) +
+                 "-byte landing slots (check ulimit -l): " + std::strerror(errno);
+        return false;
+    }
+    c.landing_reader = LandingReader(a->slots, a->slot_bytes);
+    c.landing = std::move(a);
+    return true;
+}
 
 bool VerbsTransport::listen(const std::string& host, uint16_t port, std::string* error) {
     try {
@@ -122,6 +154,13 @@ ConnId VerbsTransport::connect(const std::string& host, uint16_t port, std::stri
             return 0;
         }
         conns_.emplace(id, std::move(owned));
+        if (opts_.landing_slots > 0 && !make_landing(c, error)) {
+            *error = "connect to " + c.target + " failed: " + *error;
+            rdma_destroy_id(c.cm);
+            conns_.erase(id);
+            freeaddrinfo(ai);
+            return 0;
+        }
         const int timeout = opts_.connect_timeout_ms > 0 ? opts_.connect_timeout_ms : 5000;
         if (rdma_resolve_addr(c.cm, nullptr, ai->ai_addr, timeout) != 0) {
             *error =
@@ -170,7 +209,7 @@ bool VerbsTransport::create_qp(VerbsConn& c, std::string* error) {
     ia.sq_sig_all = 0;
     ia.cap.max_send_wr = status_.qp_send_depth;
     ia.cap.max_recv_wr = 0;
-    ia.cap.max_send_sge = 2;
+    ia.cap.max_send_sge = 3;  // header, payload in place, tag (transport_io.cpp)
     ia.cap.max_recv_sge = 1;
     ia.cap.max_inline_data = max_inline_;
     if (rdma_create_qp(c.cm, pd_, &ia) != 0) {
@@ -197,7 +236,15 @@ void VerbsTransport::process_cm_events() {
     for (int i = 0; i < 64; ++i) {
         rdma_cm_event* ev = nullptr;
         if (rdma_get_cm_event(cm_channel_, &ev) != 0) return;  // EAGAIN: drained
-        const rdma_cm_event copy = *ev;
+        rdma_cm_event copy = *ev;
+        // A connect request's private data (a landing offer) lives in the
+        // event: kept before the ack frees it.
+        if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
+            const auto* pd = static_cast<const uint8_t*>(ev->param.conn.private_data);
+            cm_private_.assign(pd, pd == nullptr ? pd : pd + ev->param.conn.private_data_len);
+            copy.param.conn.private_data = cm_private_.data();
+            copy.param.conn.private_data_len = static_cast<uint8_t>(cm_private_.size());
+        }
         // Ack first: rdma_destroy_id waits for its events to be acked.
         rdma_ack_cm_event(ev);
         on_cm_event(copy);
@@ -206,7 +253,7 @@ void VerbsTransport::process_cm_events() {
 
 void VerbsTransport::on_cm_event(const rdma_cm_event& ev) {
     if (ev.event == RDMA_CM_EVENT_CONNECT_REQUEST) {
-        on_connect_request(ev.id);
+        on_connect_request(ev.id, ev.param.conn.private_data, ev.param.conn.private_data_len);
         return;
     }
     if (ev.event == RDMA_CM_EVENT_DEVICE_REMOVAL) {
@@ -234,7 +281,18 @@ void VerbsTransport::on_cm_event(const rdma_cm_event& ev) {
                 }
                 break;
             case RDMA_CM_EVENT_ROUTE_RESOLVED: {
-                rdma_conn_param p = conn_param();
+                // The landing slots are offered once, with the connect request.
+                uint8_t offer[kLandingOfferSize];
+                if (c->landing != nullptr) {
+                    LandingOffer o;
+                    o.addr = reinterpret_cast<uintptr_t>(c->landing->buf);
+                    o.rkey = c->landing->mr->rkey;
+                    o.slot_bytes = c->landing->slot_bytes;
+                    o.slots = c->landing->slots;
+                    encode_landing_offer(o, offer);
+                }
+                rdma_conn_param p =
+                    c->landing != nullptr ? conn_param(offer, sizeof offer) : conn_param();
                 if (rdma_connect(c->cm, &p) != 0)
                     end(*c, VerbsCloseCause::ConnectFailed, 0,
                         std::string("rdma_connect: ") + std::strerror(errno));
@@ -268,7 +326,8 @@ void VerbsTransport::on_cm_event(const rdma_cm_event& ev) {
     }
 }
 
-void VerbsTransport::on_connect_request(rdma_cm_id* id) {
+void VerbsTransport::on_connect_request(rdma_cm_id* id, const void* private_data,
+                                        size_t private_len) {
     ConnId cid = 0;
     try {
         std::string error;
@@ -288,6 +347,11 @@ void VerbsTransport::on_connect_request(rdma_cm_id* id) {
         c.deadline =
             std::chrono::steady_clock::now() + std::chrono::milliseconds(opts_.connect_timeout_ms);
         id->context = context_of(cid);
+        // A dialer's landing offer: frames to it may go by RDMA WRITE. Anything
+        // else there (nothing, another version) leaves it to SENDs.
+        LandingOffer offer;
+        if (decode_landing_offer(private_data, private_len, &offer))
+            c.landing_writer = LandingCredits(offer);
         conns_.emplace(cid, std::move(owned));
         rdma_conn_param p = conn_param();
         if (!create_qp(c, &error) || rdma_accept(id, &p) != 0) {

@@ -27,6 +27,7 @@
 #include "tiers/transports.hpp"
 #include "tiers/verbs/async_events.hpp"
 #include "tiers/verbs/buffer_pool.hpp"
+#include "tiers/verbs/landing.hpp"
 #include "tiers/verbs/mr_cache.hpp"
 #include "tiers/verbs/transport.hpp"
 
@@ -52,6 +53,21 @@ enum class VerbsCloseCause {
     ConnectTimeout,  // reported through on_connected(false)
 };
 
+// The landing slots an outbound connection offers its peer (landing.hpp):
+// page-aligned memory registered for remote write, one MR per connection so
+// that its rkey reaches nothing else. Freed after the QP is destroyed.
+struct LandingArea {
+    uint8_t* buf = nullptr;
+    size_t bytes = 0;
+    uint32_t slot_bytes = 0, slots = 0;
+    ibv_mr* mr = nullptr;
+    LandingArea() = default;
+    LandingArea(const LandingArea&) = delete;
+    LandingArea& operator=(const LandingArea&) = delete;
+    ~LandingArea();
+    uint8_t* slot(long i) const { return buf + static_cast<size_t>(i) * slot_bytes; }
+};
+
 struct VerbsConn {
     ConnId id = 0;
     rdma_cm_id* cm = nullptr;
@@ -72,6 +88,12 @@ struct VerbsConn {
     uint32_t posted = 0;      // send WRs not yet completed
     uint32_t max_posted = 0;  // the QP's max_send_wr
     size_t inflight_bytes = 0;
+
+    // Frames by RDMA WRITE: the slots this side offered and how far their
+    // frames are consumed (outbound), the slots the peer offered (inbound).
+    std::unique_ptr<LandingArea> landing;
+    LandingReader landing_reader;
+    LandingCredits landing_writer;
 
     bool report_pending = false;
     VerbsCloseCause cause = VerbsCloseCause::Local;
@@ -101,6 +123,9 @@ class VerbsTransport final : public Transport {
     bool listen(const std::string& host, uint16_t port, std::string* error) override;
     ConnId connect(const std::string& host, uint16_t port, std::string* error) override;
     bool send(ConnId conn, const iovec* iov, int iovcnt) override;
+    uint8_t* reserve_frame(ConnId conn, size_t bytes) override;
+    bool send_reserved(ConnId conn, size_t bytes) override;
+    void cancel_reserved(ConnId conn) override;
     size_t queued_bytes(ConnId conn) const override;
     void set_max_payload(ConnId conn, uint32_t max_payload) override;
     void close(ConnId conn) override;
@@ -138,7 +163,7 @@ class VerbsTransport final : public Transport {
     // connection lifecycle (tiers/verbs/transport_cm.cpp)
     void process_cm_events();
     void on_cm_event(const rdma_cm_event& ev);
-    void on_connect_request(rdma_cm_id* id);
+    void on_connect_request(rdma_cm_id* id, const void* private_data, size_t private_len);
     bool create_qp(VerbsConn& c, std::string* error);
     void destroy_qp(VerbsConn& c);
     void established(VerbsConn& c);
@@ -147,13 +172,18 @@ class VerbsTransport final : public Transport {
 
     // data path (tiers/verbs/transport_io.cpp)
     enum class PostResult { Posted, Busy, Failed };
-    PostResult post_frame(VerbsConn& c, const iovec* iov, int iovcnt, size_t total);
+    // reserved >= 0: the frame is already in that send slot (reserve_frame).
+    PostResult post_frame(VerbsConn& c, const iovec* iov, int iovcnt, size_t total,
+                          long reserved = -1);
     void flush_queue(VerbsConn& c);
     void flush_backlog();
     int drain_cq();
     void on_completion(const ibv_wc& wc);
     void on_send_done(const ibv_wc& wc, uint32_t slot);
     void on_recv(const ibv_wc& wc, uint32_t slot);
+    // The frame at p (len bytes) checked and handed to on_frame.
+    void deliver_frame(VerbsConn& c, const uint8_t* p, size_t len);
+    bool make_landing(VerbsConn& c, std::string* error);
     void repost_recv(uint32_t slot);
 
     TransportHandler& handler_;
@@ -180,6 +210,8 @@ class VerbsTransport final : public Transport {
     BufferPool pool_;
     ibv_mr* pool_mr_ = nullptr;
     SlotList send_free_;
+    long reserved_slot_ = -1;  // lent by reserve_frame() until send_reserved()
+    ConnId reserved_conn_ = 0;
     std::vector<VerbsSendCtx> send_ctx_;
     std::unique_ptr<MrRegistrar> registrar_;
     std::unique_ptr<MrCache> mr_cache_;
@@ -191,6 +223,7 @@ class VerbsTransport final : public Transport {
     bool rebuild_requested_ = false;
     std::string rebuild_reason_;
 
+    std::vector<uint8_t> cm_private_;  // a connect request's private data, kept past its ack
     std::vector<rdma_cm_id*> listeners_;
     std::unordered_map<ConnId, std::unique_ptr<VerbsConn>> conns_;
     std::unordered_map<uint32_t, ConnId> by_qpn_;

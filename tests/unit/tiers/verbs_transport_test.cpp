@@ -387,6 +387,116 @@ TEST_F(VerbsPair, ZeroCopyFromRegisteredRegionsOnly) {
     EXPECT_EQ(b->counters().mr_cache_hits, 1u);
 }
 
+// Frames by RDMA WRITE: B offers landing slots when it dials, A writes its
+// large frames into them, B's SENDs give the slots back. Small frames are
+// still SENT; every frame arrives whole and in order.
+VerbsOptions landing_options() {
+    VerbsOptions o = small_options();
+    o.landing_slots = 2;
+    return o;
+}
+
+VerbsOptions writer_options() {
+    VerbsOptions o = small_options();
+    o.write_min = 1024;
+    return o;
+}
+
+TEST_F(VerbsPair, LandingRequestAndReplyWritesTheReply) {
+    connect_pair(writer_options(), landing_options());
+    for (uint32_t i = 1; i <= 40; ++i) {
+        const auto req = message(i, 64);
+        const size_t fa = ra.frames.size(), fb = rb.frames.size();
+        ASSERT_TRUE(send_frame(*b, bconn, req));
+        ASSERT_TRUE(pump({a.get(), b.get()}, [&] { return ra.frames.size() > fa; }));
+        const auto reply = message(i, i % 2 == 0 ? 8192 : 64);
+        ASSERT_TRUE(send_frame(*a, aconn, reply));
+        ASSERT_TRUE(pump({a.get(), b.get()}, [&] { return rb.frames.size() > fb; }));
+        EXPECT_TRUE(payload_matches(rb.frames.back(), reply)) << i;
+        EXPECT_EQ(rb.frames.back().h.seq, i);
+    }
+    EXPECT_EQ(a->counters().rdma_writes, 20u) << "the 8 KiB replies";
+    EXPECT_EQ(b->counters().landed_frames, 20u);
+    EXPECT_EQ(b->counters().rdma_writes, 0u) << "A offered nothing";
+    EXPECT_TRUE(ra.closed.empty() && rb.closed.empty());
+}
+
+TEST_F(VerbsPair, LandingWithoutCreditsTheWriterSends) {
+    connect_pair(writer_options(), landing_options());
+    // B sends nothing: after two writes A has no slot and SENDs the rest.
+    for (uint32_t i = 1; i <= 10; ++i) ASSERT_TRUE(send_frame(*a, aconn, message(i, 4096)));
+    ASSERT_TRUE(pump({a.get(), b.get()}, [&] { return rb.frames.size() == 10; }));
+    for (uint32_t i = 1; i <= 10; ++i) {
+        EXPECT_EQ(rb.frames[i - 1].h.seq, i) << "in order";
+        EXPECT_TRUE(payload_matches(rb.frames[i - 1], message(i, 4096)));
+    }
+    EXPECT_EQ(a->counters().rdma_writes, 2u);
+    // One SEND from B gives both slots back.
+    ASSERT_TRUE(send_frame(*b, bconn, message(99, 64)));
+    ASSERT_TRUE(pump({a.get(), b.get()}, [&] { return ra.frames.size() == 1; }));
+    for (uint32_t i = 11; i <= 12; ++i) ASSERT_TRUE(send_frame(*a, aconn, message(i, 4096)));
+    ASSERT_TRUE(pump({a.get(), b.get()}, [&] { return rb.frames.size() == 12; }));
+    EXPECT_TRUE(payload_matches(rb.frames[11], message(12, 4096)));
+    EXPECT_EQ(a->counters().rdma_writes, 4u);
+    EXPECT_EQ(b->counters().landed_frames, 4u);
+}
+
+// A frame of header, payload and tag from three places: header and tag are
+// copied into one send slot, the payload from its registered region, in
+// frame order (three gather entries).
+TEST_F(VerbsPair, ThreePieceFrameGathersThePayloadInPlace) {
+    VerbsOptions o = writer_options();
+    o.zero_copy_min = 2048;
+    o.zero_copy_registered_only = true;
+    connect_pair(o, landing_options());
+    const auto frame = message(1, 8192);
+    std::vector<uint8_t> region(frame.begin() + ic::kFrameHeaderSize, frame.end() - 16);
+    std::string err;
+    ASSERT_TRUE(verbs_register_region(*a, region.data(), region.size(), &err)) << err;
+    std::vector<uint8_t> hdr(frame.begin(), frame.begin() + ic::kFrameHeaderSize);
+    std::vector<uint8_t> tag(frame.end() - 16, frame.end());
+    iovec iov[3] = {{hdr.data(), hdr.size()}, {region.data(), region.size()}, {tag.data(), 16}};
+    ASSERT_TRUE(send_frame(*b, bconn, message(1, 64)));
+    ASSERT_TRUE(pump({a.get(), b.get()}, [&] { return ra.frames.size() == 1; }));
+    ASSERT_TRUE(a->send(aconn, iov, 3));
+    ASSERT_TRUE(pump({a.get(), b.get()}, [&] { return rb.frames.size() == 1; }));
+    EXPECT_TRUE(payload_matches(rb.frames[0], frame));
+    EXPECT_EQ(a->counters().zero_copy_sends, 1u);
+    EXPECT_EQ(a->counters().rdma_writes, 1u);
+}
+
+// A frame written into a lent send slot (reserve_frame, what sealing under
+// secure does) goes out from there: no copy, by SEND or by WRITE. One slot is
+// lent at a time, a cancelled one comes back, and nothing is lent for a
+// connection whose frames wait in its queue.
+TEST_F(VerbsPair, ReservedSlotIsSentAsWritten) {
+    connect_pair(writer_options(), landing_options());
+    for (uint32_t i = 1; i <= 6; ++i) {
+        const auto frame = message(i, i % 2 == 0 ? 8192 : 64);
+        uint8_t* room = a->reserve_frame(aconn, frame.size());
+        ASSERT_NE(room, nullptr) << i;
+        EXPECT_EQ(a->reserve_frame(aconn, frame.size()), nullptr) << "one at a time";
+        std::memcpy(room, frame.data(), frame.size());
+        ASSERT_TRUE(a->send_reserved(aconn, frame.size()));
+        ASSERT_TRUE(pump({a.get(), b.get()}, [&] { return rb.frames.size() == i; }));
+        EXPECT_TRUE(payload_matches(rb.frames.back(), frame)) << i;
+        // B answers, so that A's landing slots come back.
+        ASSERT_TRUE(send_frame(*b, bconn, message(i, 64)));
+        ASSERT_TRUE(pump({a.get(), b.get()}, [&] { return ra.frames.size() == i; }));
+    }
+    EXPECT_EQ(a->counters().zero_copy_sends, 6u);
+    EXPECT_EQ(a->counters().rdma_writes, 3u) << "the 8 KiB ones";
+    ASSERT_NE(a->reserve_frame(aconn, 100), nullptr);
+    a->cancel_reserved(aconn);
+    EXPECT_FALSE(a->send_reserved(aconn, 100)) << "cancelled: nothing to send";
+    EXPECT_NE(a->reserve_frame(aconn, 100), nullptr) << "the slot came back";
+    a->cancel_reserved(aconn);
+    EXPECT_EQ(a->reserve_frame(aconn, 16u * 1024 + ic::kFrameHeaderSize + 1), nullptr)
+        << "larger than a frame";
+    EXPECT_EQ(a->reserve_frame(aconn + 100, 100), nullptr) << "no such connection";
+    EXPECT_TRUE(ra.closed.empty() && rb.closed.empty());
+}
+
 TEST_F(VerbsPair, TinyCqOverflowIsCountedAndSurvived) {
     VerbsOptions tiny = small_options();
     tiny.cq_depth = 4;
