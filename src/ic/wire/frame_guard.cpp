@@ -172,6 +172,16 @@ void FrameGuard::seal_apart(FrameHeader h, const uint8_t* payload, uint32_t len,
 
 bool FrameGuard::open(const FrameHeader& h, const uint8_t* payload, const uint8_t** plain,
                       uint32_t* plain_len) {
+    return open_to(h, payload, nullptr, plain, plain_len);
+}
+
+bool FrameGuard::open_in_place(const FrameHeader& h, uint8_t* payload, uint32_t* plain_len) {
+    const uint8_t* plain = nullptr;
+    return open_to(h, payload, payload, &plain, plain_len);
+}
+
+bool FrameGuard::open_to(const FrameHeader& h, const uint8_t* payload, uint8_t* into,
+                         const uint8_t** plain, uint32_t* plain_len) {
     if (mode_ == WireProtection::Crc) {
         *plain = payload;
         *plain_len = h.payload_len;
@@ -187,10 +197,14 @@ bool FrameGuard::open(const FrameHeader& h, const uint8_t* payload, const uint8_
     bool ok = EVP_DecryptUpdate(recv_.ctx, nullptr, &n, aad, kFrameHeaderSize) == 1;
     const uint8_t* out = payload;
     if (mode_ == WireProtection::Secure) {
-        if (plain_.size() < len + 1) plain_.resize(len + 1);
-        ok = ok && (len == 0 || EVP_DecryptUpdate(recv_.ctx, plain_.data(), &n, payload,
-                                                  static_cast<int>(len)) == 1);
-        out = plain_.data();
+        if (into == nullptr) {
+            if (plain_.size() < len + 1) plain_.resize(len + 1);
+            into = plain_.data();
+        }
+        // GCM decrypts in place (into == payload) as well as apart.
+        ok = ok && (len == 0 ||
+                    EVP_DecryptUpdate(recv_.ctx, into, &n, payload, static_cast<int>(len)) == 1);
+        out = into;
     } else {
         ok = ok && (len == 0 ||
                     EVP_DecryptUpdate(recv_.ctx, nullptr, &n, payload, static_cast<int>(len)) == 1);

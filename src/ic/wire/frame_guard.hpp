@@ -76,6 +76,11 @@ class FrameGuard {
     // altered, replayed or out of order, and the connection must be dropped.
     bool open(const FrameHeader& h, const uint8_t* payload, const uint8_t** plain,
               uint32_t* plain_len);
+    // As open(), decrypting in place (secure): the plain payload is then the
+    // first *plain_len bytes of payload. For a caller that owns the bytes and
+    // would copy the plain text out of the guard's buffer otherwise. On a
+    // failed tag the payload is garbage.
+    bool open_in_place(const FrameHeader& h, uint8_t* payload, uint32_t* plain_len);
 
     uint64_t frames_sealed() const { return send_.counter; }
     uint64_t frames_opened() const { return recv_.counter; }
@@ -92,6 +97,10 @@ class FrameGuard {
     void init(Direction& d, const std::array<uint8_t, kSessionKeySize>& key, bool encrypt);
     // Sets the nonce for d.counter, moving to the next key first when due.
     void begin(Direction& d);
+    // open() and open_in_place(): secure decrypts into `into`, or into plain_
+    // when it is nullptr.
+    bool open_to(const FrameHeader& h, const uint8_t* payload, uint8_t* into, const uint8_t** plain,
+                 uint32_t* plain_len);
 
     WireProtection mode_;
     uint64_t rekey_interval_;

@@ -294,3 +294,48 @@ TEST(FrameGuardSealInto, IsSealByteForByte) {
         }
     }
 }
+
+// open_in_place gives what open() gives, in every mode, and refuses what
+// open() refuses (a flipped bit).
+TEST(FrameGuardOpenInPlace, MatchesOpen) {
+    pgrac::ic::SessionKeys k;
+    k.send.fill(1);
+    k.recv.fill(2);
+    pgrac::ic::SessionKeys back;
+    back.send = k.recv;
+    back.recv = k.send;
+    for (auto mode : {pgrac::ic::WireProtection::Crc, pgrac::ic::WireProtection::Mac,
+                      pgrac::ic::WireProtection::Secure}) {
+        pgrac::ic::FrameGuard tx(mode, k), rx_apart(mode, back), rx_in_place(mode, back);
+        for (uint32_t seq = 1; seq <= 5; ++seq) {
+            std::vector<uint8_t> in(seq == 3 ? 0 : 8192 + seq, static_cast<uint8_t>(seq));
+            pgrac::ic::FrameHeader h;
+            h.type = pgrac::ic::FrameType::Message;
+            h.seq = seq;
+            std::vector<uint8_t> frame;
+            tx.seal(h, in.data(), static_cast<uint32_t>(in.size()), &frame);
+            pgrac::ic::FrameHeader got = h;
+            got.payload_len = static_cast<uint32_t>(frame.size() - pgrac::ic::kFrameHeaderSize);
+            std::vector<uint8_t> a(frame.begin() + pgrac::ic::kFrameHeaderSize, frame.end());
+            std::vector<uint8_t> b = a;
+            const uint8_t* plain = nullptr;
+            uint32_t apart_len = 0, in_place_len = 0;
+            ASSERT_TRUE(rx_apart.open(got, a.data(), &plain, &apart_len));
+            ASSERT_TRUE(rx_in_place.open_in_place(got, b.data(), &in_place_len));
+            ASSERT_EQ(in_place_len, apart_len);
+            ASSERT_EQ(in_place_len, in.size());
+            EXPECT_TRUE(std::equal(in.begin(), in.end(), b.begin())) << seq;
+        }
+        if (mode == pgrac::ic::WireProtection::Crc) continue;  // the CRC is the transport's
+        std::vector<uint8_t> in(100, 7), frame;
+        pgrac::ic::FrameHeader h;
+        h.type = pgrac::ic::FrameType::Message;
+        h.seq = 6;
+        tx.seal(h, in.data(), 100, &frame);
+        h.payload_len = static_cast<uint32_t>(frame.size() - pgrac::ic::kFrameHeaderSize);
+        std::vector<uint8_t> p(frame.begin() + pgrac::ic::kFrameHeaderSize, frame.end());
+        p[10] ^= 1;
+        uint32_t len = 0;
+        EXPECT_FALSE(rx_in_place.open_in_place(h, p.data(), &len)) << "a flipped bit";
+    }
+}
