@@ -142,17 +142,20 @@ prepare_base() {
 }
 
 # start_node N PGPORT [EXTRA_CONF]: copies the base to $WORK/nN and starts it
-# as node N of the tier3 cluster, with EXTRA_CONF appended to its config.
+# as node N of the cluster, with EXTRA_CONF appended to its config. The
+# cluster is tier3 on 127.0.0.1 unless CLUSTER_TIER, CLUSTER_LISTEN (the
+# instance's listen_addresses) and CLUSTER_NODES say otherwise;
+# CLUSTER_START_TIMEOUT bounds the start (s, default 60).
 start_node() {
     local n=$1 port=$2 d="$WORK/n$1"
     as_pg cp -a "$WORK/base" "$d"
     cat >>"$d/postgresql.conf" <<CONF
 # ---- $BENCH_NAME.sh
 port = $port
-listen_addresses = '127.0.0.1'
+listen_addresses = '${CLUSTER_LISTEN-127.0.0.1}'
 unix_socket_directories = '$WORK'
 shared_preload_libraries = 'pgrac_ic'
-cluster.interconnect_tier = tier3
+cluster.interconnect_tier = ${CLUSTER_TIER:-tier3}
 cluster.node_id = $n
 cluster.nodes = '${CLUSTER_NODES:-1@127.0.0.1:$IC1,2@127.0.0.1:$IC2}'
 cluster.auth_key_file = '$WORK/key'
@@ -160,7 +163,8 @@ fsync = off
 ${3:-}
 CONF
     STARTED+=("$d")
-    as_pg "$PGBIN/pg_ctl" -D "$d" -l "$WORK/n$n.log" -w -t 60 start >/dev/null
+    as_pg "$PGBIN/pg_ctl" -D "$d" -l "$WORK/n$n.log" -w -t "${CLUSTER_START_TIMEOUT:-60}" start \
+        >/dev/null
 }
 
 psql_n() {  # psql_n PGPORT SQL
