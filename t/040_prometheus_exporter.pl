@@ -86,7 +86,7 @@ my %families = (
 	),
 );
 my %verbs_families = (
-	(map { ("pg_cluster_rdma_verbs_$_" => 'counter') } qw(sends_total recvs_total cq_overflows_total)),
+	(map { ("pg_cluster_rdma_verbs_$_" => 'counter') } qw(sends_total recvs_total rdma_writes_total zero_copy_sends_total cq_overflows_total)),
 	(map { ("pg_cluster_rdma_verbs_$_" => 'gauge') } qw(mr_cache_hit_rate cq_depth mtu)),
 );
 # Not a number where the view has NULL: this instance's own RTT and last contact.
