@@ -24,7 +24,7 @@
 # build: they slow the fetch too) is not recorded (exit 1).
 #
 #   bench/run_tier2_fetch_vm.sh [--out DIR] [--build-dir DIR] [--iterations 1000]
-#                               [--timeout 1500]
+#                               [--timeout 1500] [--modes "crc mac secure ..."] [--profile]
 #
 # Run as root, with the extension installed (make install; the VM sees the
 # host's /usr) and perftest installed. --out keeps the VM's output: vm.log,
@@ -36,6 +36,10 @@
 # 2-CPU machine under TCG, 245 s beside another VM). RXE_VM replaces
 # tests/vm/run-in-vm.sh (a stub that writes the files); RXE_VM_TIMEOUT is
 # --timeout's default.
+# --modes: the clusters to run (protections, and the variants PROT-send and
+# PROT-poll). --profile: perf record -a -g -e cpu-clock in the VM while each
+# mode's fetch is timed (perf-MODE.data in --out; read it with perf report on
+# the host, whose binaries the guest ran). A profiled run is not recorded.
 # SCOREBOARD_RESULTS sends the records elsewhere (a trial run).
 set -euo pipefail
 
@@ -48,6 +52,7 @@ TIMEOUT="${RXE_VM_TIMEOUT:-1500}"
 # every reply SENT: the RDMA WRITE path against the SEND path in the same
 # boot) and crc-poll (cluster.busy_poll_us = 10000: polling like ib_write_lat).
 MODES="crc mac secure secure-send crc-poll"
+PROFILE=""
 MAX_SPREAD=3  # ib_write_lat's t_typical over t_min beyond which it is contended
 MAX_OTHER=25  # per cent of the host's CPU time others may take while a mode is measured
 while [[ $# -gt 0 ]]; do
@@ -56,7 +61,9 @@ while [[ $# -gt 0 ]]; do
         --build-dir) BUILD_DIR="$2"; shift 2 ;;
         --iterations) ITERATIONS="$2"; shift 2 ;;
         --timeout) TIMEOUT="$2"; shift 2 ;;
-        -h | --help) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+        --modes) MODES="$2"; shift 2 ;;
+        --profile) PROFILE=1; shift ;;
+        -h | --help) sed -n '2,42p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
 done
@@ -75,6 +82,7 @@ fi
 # What the record names: the options that change what is measured.
 COMMAND_LINE="bench/run_tier2_fetch_vm.sh"
 if [[ $ITERATIONS -ne 1000 ]]; then COMMAND_LINE+=" --iterations $ITERATIONS"; fi
+if [[ -n "$PROFILE" ]]; then COMMAND_LINE+=" --profile"; fi
 BENCH_NAME=run_tier2_fetch_vm
 # shellcheck source=bench/lib/cluster.sh
 source "$SRC_DIR/bench/lib/cluster.sh"  # log, scoreboard_record (no cluster on the host)
@@ -95,6 +103,7 @@ VP="$BUILD_DIR/bin/verbs_pingpong"
 cmd=$(printf 'bash %q --out %q --iterations %q --max-seconds %q --modes %q' \
     "$SRC_DIR/bench/lib/tier2_fetch_in_vm.sh" "$OUT" "$ITERATIONS" "$((TIMEOUT - 120))" "$MODES")
 if [[ -n "$VP" ]]; then cmd+=$(printf ' --verbs-pingpong %q' "$VP"); fi
+if [[ -n "$PROFILE" ]]; then cmd="PGRAC_FETCH_PERF=1 $cmd"; fi
 # CPU time in clock ticks: the host's busy and total (/proc/stat), and the
 # VM's qemu (found by its 9p share of $OUT), all threads.
 host_ticks() {
@@ -225,6 +234,7 @@ fi
 while IFS=$'\t' read -r mode p50 p99 bps iters prot poll tier recvs; do
     [[ -n "$mode" ]] || continue
     [[ $mode == *-* ]] && continue  # a variant (secure-send, crc-poll): printed above only
+    [[ -z "$PROFILE" ]] || continue  # perf took CPU from what was timed
     other=$(other_of "$mode")
     if [[ -z "$other" || $other -gt $MAX_OTHER ]]; then
         echo "[$BENCH_NAME] $mode: other processes took ${other:-an unknown share}% of the host's" \

@@ -178,9 +178,20 @@ run_mode() {
     # The host watches for this line and the result's: what else ran on the
     # host in between (bench/run_tier2_fetch_vm.sh).
     log "$label: measuring"
+    # PGRAC_FETCH_PERF=1: a profile of the whole VM while it runs (cpu-clock:
+    # TCG has no PMU), for bench/run_tier2_fetch_vm.sh --profile.
+    local perf_pid=""
+    if [[ -n ${PGRAC_FETCH_PERF:-} ]] && command -v perf >/dev/null; then
+        perf record -q -a -g -e cpu-clock -F 2000 -o "$OUT/perf-$label.data" >/dev/null 2>&1 &
+        perf_pid=$!
+    fi
     r=$(psql_n "$PG1" "SELECT round(p50_us::numeric, 1) || '|' || round(p99_us::numeric, 1) || '|'
                               || round(blocks_per_sec::numeric) || '|' || iterations_done
                          FROM pgrac_fetch_block_bench(2, 'fetch_t', $ITERATIONS, 1)")
+    if [[ -n $perf_pid ]]; then
+        kill -INT "$perf_pid" 2>/dev/null || true
+        wait "$perf_pid" 2>/dev/null || true
+    fi
     after=$(psql_n "$PG2" "$recvs")
     IFS='|' read -r p50 p99 bps done_ <<<"$r"
     prot=$(psql_n "$PG1" "SHOW cluster.wire_protection")

@@ -55,7 +55,17 @@ void TransportRequesterLane::on_frame(ic::ConnId conn, const FrameHeader& h,
     if (conn != conn_ || gone_) return;
     Received r;
     r.h = h;
-    r.payload.assign(payload, payload + h.payload_len);
+    if (guard_ != nullptr) {
+        // Out of the transport's buffer and opened in one pass: under secure
+        // the decryption writes the plain text (the only copy on this side).
+        r.payload.resize(h.payload_len);
+        uint32_t plain_len = 0;
+        r.opened = true;
+        r.authentic = guard_->open_into(h, payload, r.payload.data(), &plain_len);
+        if (r.authentic) r.payload.resize(plain_len);
+    } else {
+        r.payload.assign(payload, payload + h.payload_len);
+    }
     inbox_.push_back(std::move(r));
 }
 
@@ -176,10 +186,10 @@ TransportRequesterLane::Result TransportRequesterLane::call(const uint8_t* paylo
     Received f;
     const Result r = next_frame(&f, spin_ns, deadline_ns, interrupted, error);
     if (r != Result::Ok) return r;
-    // Opened where it is (secure decrypts in place) and handed over without
-    // another copy: the frame is this lane's own.
-    uint32_t plain_len = 0;
-    if (!guard_->open_in_place(f.h, f.payload.data(), &plain_len))
+    // Opened as it was taken in (on_frame) and handed over without another
+    // copy: the frame is this lane's own.
+    const uint32_t plain_len = static_cast<uint32_t>(f.payload.size());
+    if (!f.opened || !f.authentic)
         return fail(
             Result::Failed,
             "reply from node " + std::to_string(peer_node_) + " failed its authentication tag",
@@ -189,7 +199,6 @@ TransportRequesterLane::Result TransportRequesterLane::call(const uint8_t* paylo
                           &why))
         return fail(Result::Failed, why, error);
     received_ = f.h.seq;
-    f.payload.resize(plain_len);
     reply->swap(f.payload);
     return Result::Ok;
 }

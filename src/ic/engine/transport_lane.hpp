@@ -50,6 +50,10 @@ class TransportRequesterLane final : public RequesterLaneBase, private ic::Trans
     struct Received {
         FrameHeader h;
         std::vector<uint8_t> payload;
+        // Once the lane is authenticated a frame is opened as it is taken
+        // out of the transport's buffer (a landing slot): `opened` says so,
+        // `authentic` whether its tag held, payload is then the plain text.
+        bool opened = false, authentic = false;
     };
 
     // ic::TransportHandler: called from transport_->poll() only.

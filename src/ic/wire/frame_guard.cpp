@@ -180,6 +180,16 @@ bool FrameGuard::open_in_place(const FrameHeader& h, uint8_t* payload, uint32_t*
     return open_to(h, payload, payload, &plain, plain_len);
 }
 
+bool FrameGuard::open_into(const FrameHeader& h, const uint8_t* payload, uint8_t* out,
+                           uint32_t* plain_len) {
+    if (mode_ == WireProtection::Secure) {
+        const uint8_t* plain = nullptr;
+        return open_to(h, payload, out, &plain, plain_len);
+    }
+    if (h.payload_len > 0) std::memcpy(out, payload, h.payload_len);
+    return open_in_place(h, out, plain_len);
+}
+
 bool FrameGuard::open_to(const FrameHeader& h, const uint8_t* payload, uint8_t* into,
                          const uint8_t** plain, uint32_t* plain_len) {
     if (mode_ == WireProtection::Crc) {

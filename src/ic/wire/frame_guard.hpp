@@ -81,6 +81,10 @@ class FrameGuard {
     // would copy the plain text out of the guard's buffer otherwise. On a
     // failed tag the payload is garbage.
     bool open_in_place(const FrameHeader& h, uint8_t* payload, uint32_t* plain_len);
+    // As open(), the plain payload written to out (h.payload_len bytes of
+    // room): under secure the decryption is the copy, one pass over the
+    // frame. For a frame that must leave where it lies (a landing slot).
+    bool open_into(const FrameHeader& h, const uint8_t* payload, uint8_t* out, uint32_t* plain_len);
 
     uint64_t frames_sealed() const { return send_.counter; }
     uint64_t frames_opened() const { return recv_.counter; }

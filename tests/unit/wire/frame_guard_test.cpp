@@ -339,3 +339,48 @@ TEST(FrameGuardOpenInPlace, MatchesOpen) {
         EXPECT_FALSE(rx_in_place.open_in_place(h, p.data(), &len)) << "a flipped bit";
     }
 }
+
+// open_into writes what open() gives into the caller's room, in every mode,
+// and refuses a flipped bit.
+TEST(FrameGuardOpenInto, MatchesOpen) {
+    pgrac::ic::SessionKeys k;
+    k.send.fill(3);
+    k.recv.fill(4);
+    pgrac::ic::SessionKeys back;
+    back.send = k.recv;
+    back.recv = k.send;
+    for (auto mode : {pgrac::ic::WireProtection::Crc, pgrac::ic::WireProtection::Mac,
+                      pgrac::ic::WireProtection::Secure}) {
+        pgrac::ic::FrameGuard tx(mode, k), rx(mode, back);
+        for (uint32_t seq = 1; seq <= 4; ++seq) {
+            std::vector<uint8_t> in(seq == 2 ? 0 : 8192 + seq, static_cast<uint8_t>(seq + 40));
+            pgrac::ic::FrameHeader h;
+            h.type = pgrac::ic::FrameType::Message;
+            h.seq = seq;
+            std::vector<uint8_t> frame;
+            tx.seal(h, in.data(), static_cast<uint32_t>(in.size()), &frame);
+            pgrac::ic::FrameHeader got = h;
+            got.payload_len = static_cast<uint32_t>(frame.size() - pgrac::ic::kFrameHeaderSize);
+            std::vector<uint8_t> out(got.payload_len + 1, 0xcd);
+            uint32_t len = 0;
+            ASSERT_TRUE(
+                rx.open_into(got, frame.data() + pgrac::ic::kFrameHeaderSize, out.data(), &len))
+                << seq;
+            ASSERT_EQ(len, in.size());
+            EXPECT_TRUE(std::equal(in.begin(), in.end(), out.begin())) << seq;
+            EXPECT_EQ(out.back(), 0xcd) << "nothing past the frame's payload";
+        }
+        if (mode == pgrac::ic::WireProtection::Crc) continue;
+        std::vector<uint8_t> in(300, 9), frame;
+        pgrac::ic::FrameHeader h;
+        h.type = pgrac::ic::FrameType::Message;
+        h.seq = 5;
+        tx.seal(h, in.data(), 300, &frame);
+        h.payload_len = static_cast<uint32_t>(frame.size() - pgrac::ic::kFrameHeaderSize);
+        frame[pgrac::ic::kFrameHeaderSize + 7] ^= 0x10;
+        std::vector<uint8_t> out(h.payload_len);
+        uint32_t len = 0;
+        EXPECT_FALSE(rx.open_into(h, frame.data() + pgrac::ic::kFrameHeaderSize, out.data(), &len))
+            << "a flipped bit";
+    }
+}
