@@ -476,7 +476,8 @@ std::string VerbsTransport::end_text(const VerbsConn& c) const {
         case VerbsCloseCause::PeerClosed:
             return "peer closed the connection (RDMA_CM_EVENT_DISCONNECTED)";
         case VerbsCloseCause::BadFrame:
-            return std::string("bad frame from peer: ") + ic::frame_error_name(c.frame_error) + more;
+            return std::string("bad frame from peer: ") + ic::frame_error_name(c.frame_error) +
+                   more;
         case VerbsCloseCause::WcError:
             return "work completion error" + more;
         case VerbsCloseCause::QpFatal:

@@ -63,9 +63,11 @@ struct VerbsOptions {
     // other payloads live in memory that changes as soon as send() returns.
     bool zero_copy_registered_only = false;
     size_t mr_cache_entries = 64;  // MR cache capacity (LRU beyond it)
-    // Each outbound connection offers its peer this many landing slots (one
+    // The outbound connection offers its peer this many landing slots (one
     // frame each, registered for remote write) to RDMA WRITE frames into
-    // (landing.hpp, docs/rdma.md); 0 = every frame arrives by SEND.
+    // (landing.hpp, docs/rdma.md); 0 = every frame arrives by SEND. Such a
+    // transport carries one connection and does not listen: an rkey is good
+    // on every queue pair of the protection domain.
     uint32_t landing_slots = 0;
     // Frames of at least this many bytes go into the peer's landing slot by
     // RDMA WRITE when it offered slots and one is free; smaller ones are

@@ -84,6 +84,10 @@ bool VerbsTransport::make_landing(VerbsConn& c, std::string* error) {
         *error = "landing slots: out of memory";
         return false;
     }
+    // Zeros: a slot whose frame is consumed has its header cleared again
+    // (transport_io.cpp), so a WRITE that put its bytes elsewhere finds no
+    // frame where its number points, never an old one.
+    std::memset(a->buf, 0, a->bytes);
     a->mr = ibv_reg_mr(pd_, a->buf, a->bytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
     if (a->mr == nullptr) {
         *error = "ibv_reg_mr of the " + std::to_string(a->bytes) +
@@ -96,6 +100,12 @@ bool VerbsTransport::make_landing(VerbsConn& c, std::string* error) {
 }
 
 bool VerbsTransport::listen(const std::string& host, uint16_t port, std::string* error) {
+    if (opts_.landing_slots > 0) {
+        // An rkey is good on every queue pair of the protection domain: any
+        // other connection could write into the landing slots.
+        *error = "a verbs transport with landing slots does not listen";
+        return false;
+    }
     try {
         addrinfo* ai = nullptr;
         if (!resolve(host, port, true, &ai, error)) return false;
@@ -135,6 +145,15 @@ ConnId VerbsTransport::connect(const std::string& host, uint16_t port, std::stri
         *error = "verbs transport unusable: " + status_.cq_note;
         return 0;
     }
+    if (opts_.landing_slots > 0)
+        for (const auto& [other, oc] : conns_)
+            if (oc->state != VerbsConnState::Closed) {
+                // One connection: its landing MR's rkey would be good on the
+                // other's queue pair too (one protection domain).
+                *error = "connect to " + ic::endpoint_text(host, port) +
+                         " refused: a verbs transport with landing slots carries one connection";
+                return 0;
+            }
     ConnId id = 0;
     addrinfo* ai = nullptr;
     try {

@@ -181,8 +181,9 @@ class VerbsTransport final : public Transport {
     void on_completion(const ibv_wc& wc);
     void on_send_done(const ibv_wc& wc, uint32_t slot);
     void on_recv(const ibv_wc& wc, uint32_t slot);
-    // The frame at p (len bytes) checked and handed to on_frame.
-    void deliver_frame(VerbsConn& c, const uint8_t* p, size_t len);
+    // The frame at p (len bytes) checked and handed to on_frame; false if it
+    // was refused (the connection ends).
+    bool deliver_frame(VerbsConn& c, const uint8_t* p, size_t len);
     bool make_landing(VerbsConn& c, std::string* error);
     void repost_recv(uint32_t slot);
 

@@ -355,23 +355,37 @@ void VerbsTransport::on_recv(const ibv_wc& wc, uint32_t slot) {
             return;
         }
         const ConnId id = c->id;
-        ++counters_.landed_frames;
-        deliver_frame(*c, c->landing->slot(at), wc.byte_len);
-        // Consumed once on_frame is done with it: the next SEND gives it back.
-        if (VerbsConn* still = find_live(id); still != nullptr)
+        uint8_t* frame = c->landing->slot(at);
+        if (deliver_frame(*c, frame, wc.byte_len)) ++counters_.landed_frames;
+        // Consumed once on_frame is done with it; its header is cleared before
+        // the next SEND gives the slot back, so that a later WRITE whose bytes
+        // went elsewhere cannot make this frame arrive again.
+        if (VerbsConn* still = find_live(id); still != nullptr && still->landing != nullptr) {
+            std::memset(frame, 0, ic::kFrameHeaderSize);
             still->landing_reader.consumed_one();
+        }
         return;
     }
-    if ((wc.wc_flags & IBV_WC_WITH_IMM) && c->landing_writer.offered() &&
-        !c->landing_writer.on_consumed(be32toh(wc.imm_data))) {
-        end(*c, VerbsCloseCause::BadFrame, 0, "landing slots given back that were never written",
+    if ((wc.wc_flags & IBV_WC_WITH_IMM) && !c->landing_writer.offered() && !c->inbound) {
+        // The accepting side never offers slots, so it has none to give back.
+        // (A dialer whose offer was not taken, say of a later version, still
+        // puts counts in its immediates: those are ignored.)
+        end(*c, VerbsCloseCause::BadFrame, 0,
+            "an immediate on a SEND from a side that offered no landing slots",
             ic::FrameError::BadPayload);
         return;
+    }
+    if ((wc.wc_flags & IBV_WC_WITH_IMM) && c->landing_writer.offered()) {
+        if (!c->landing_writer.on_consumed(be32toh(wc.imm_data))) {
+            end(*c, VerbsCloseCause::BadFrame, 0,
+                "landing slots given back that were never written", ic::FrameError::BadPayload);
+            return;
+        }
     }
     deliver_frame(*c, pool_.slot(slot), wc.byte_len);
 }
 
-void VerbsTransport::deliver_frame(VerbsConn& c, const uint8_t* p, size_t len) {
+bool VerbsTransport::deliver_frame(VerbsConn& c, const uint8_t* p, size_t len) {
     ic::FrameHeader h;
     ic::FrameError fe = ic::FrameError::Truncated;
     if (len >= ic::kFrameHeaderSize) {
@@ -388,7 +402,7 @@ void VerbsTransport::deliver_frame(VerbsConn& c, const uint8_t* p, size_t len) {
     }
     if (fe != ic::FrameError::None) {
         end(c, VerbsCloseCause::BadFrame, 0, {}, fe);
-        return;
+        return false;
     }
     ++counters_.frames_recv;
     ++counters_.verbs_recvs;
@@ -404,6 +418,7 @@ void VerbsTransport::deliver_frame(VerbsConn& c, const uint8_t* p, size_t len) {
             still != nullptr && still->state != VerbsConnState::Closed)
             end(*still, VerbsCloseCause::Internal);
     }
+    return true;
 }
 
 }  // namespace pgrac::tiers

@@ -24,67 +24,22 @@
 #include "ic/transport/transport.hpp"
 #include "tiers/verbs/transport.hpp"
 #include "tiers/transport_test_support.hpp"
+#include "tiers/verbs_test_support.hpp"
 
 using namespace pgrac;
 using namespace pgrac::tiers;
 using namespace pgrac::tiers::transporttest;
+using namespace pgrac::tiers::verbstest;
 using Clock = std::chrono::steady_clock;
 
 namespace {
 
 constexpr auto kWait = std::chrono::seconds(60);  // TCG emulation is slow
 
-std::string test_addr() {
-    for (const char* v : {"PGRAC_VERBS_ADDR", "RXEVM_IPADDR"})
-        if (const char* s = std::getenv(v); s != nullptr && *s != '\0') return s;
-    return "127.0.0.1";
-}
-
-uint16_t test_port() {
-    static std::mt19937 rng(static_cast<unsigned>(Clock::now().time_since_epoch().count()));
-    return static_cast<uint16_t>(20000 + rng() % 20000);
-}
-
-// A Message frame numbered seq whose payload is payload_len bytes (>= 24).
-std::vector<uint8_t> message(uint32_t seq, size_t payload_len) {
-    ic::MessageHeader m;
-    m.msg_type = 300;
-    m.rpc_id = seq;
-    std::vector<uint8_t> payload(std::max(payload_len, ic::kMessageHeaderSize));
-    ic::encode_message_header(m, payload.data());
-    for (size_t i = ic::kMessageHeaderSize; i < payload.size(); ++i)
-        payload[i] = static_cast<uint8_t>(seq * 31 + i);
-    ic::FrameHeader h;
-    h.type = ic::FrameType::Message;
-    h.seq = seq;
-    h.src_node = 7;
-    return make_frame(h, payload);
-}
-
 // Runs the transports as an owner would (sleeping on their wait fds).
 bool pump(std::initializer_list<Transport*> ts, const std::function<bool()>& done,
           std::chrono::seconds limit = kWait) {
     return pump_until(ts, done, limit, 20);
-}
-
-VerbsOptions small_options() {
-    VerbsOptions o;
-    o.max_payload = 16 * 1024;
-    o.send_slots = 64;
-    o.recv_slots = 128;
-    o.qp_send_depth = 32;
-    o.cq_depth = 1024;
-    o.connect_timeout_ms = 20000;
-    return o;
-}
-
-// Why the tests cannot run here, or empty.
-std::string skip_reason() {
-    std::string error;
-    if (verbs_device_names(&error).empty())
-        return "no RDMA device (libibverbs lists none" + (error.empty() ? "" : ": " + error) +
-               "); run tests/rxe/verbs_transport_in_vm.sh for the soft-RoCE VM";
-    return "";
 }
 
 class VerbsPair : public ::testing::Test {
@@ -390,18 +345,6 @@ TEST_F(VerbsPair, ZeroCopyFromRegisteredRegionsOnly) {
 // Frames by RDMA WRITE: B offers landing slots when it dials, A writes its
 // large frames into them, B's SENDs give the slots back. Small frames are
 // still SENT; every frame arrives whole and in order.
-VerbsOptions landing_options() {
-    VerbsOptions o = small_options();
-    o.landing_slots = 2;
-    return o;
-}
-
-VerbsOptions writer_options() {
-    VerbsOptions o = small_options();
-    o.write_min = 1024;
-    return o;
-}
-
 TEST_F(VerbsPair, LandingRequestAndReplyWritesTheReply) {
     connect_pair(writer_options(), landing_options());
     for (uint32_t i = 1; i <= 40; ++i) {
