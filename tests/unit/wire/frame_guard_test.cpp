@@ -254,18 +254,32 @@ TEST(FrameGuard, HkdfMatchesRfc5869TestCase1) {
 }  // namespace
 }  // namespace pgrac::ic
 
+namespace {
+
+// Keys for one side filled with `a` (send) and `b` (receive), and the other
+// side's: its send key is this side's receive key and back.
+struct KeyPair {
+    pgrac::ic::SessionKeys here, there;
+};
+KeyPair key_pair(uint8_t a, uint8_t b) {
+    KeyPair p;
+    p.here.send.fill(a);
+    p.here.recv.fill(b);
+    p.there.send = p.here.recv;
+    p.there.recv = p.here.send;
+    return p;
+}
+
+}  // namespace
+
 // seal_into writes exactly what seal() makes, in every mode, through empty
 // payloads and key roll-overs, and the frame opens at the other end.
 TEST(FrameGuardSealInto, IsSealByteForByte) {
-    pgrac::ic::SessionKeys k;
-    k.send.fill(5);
-    k.recv.fill(6);
+    const KeyPair keys = key_pair(5, 6);
+    const pgrac::ic::SessionKeys &k = keys.here, &back = keys.there;
     for (auto mode : {pgrac::ic::WireProtection::Crc, pgrac::ic::WireProtection::Mac,
                       pgrac::ic::WireProtection::Secure}) {
         pgrac::ic::FrameGuard one(mode, k, 3), into(mode, k, 3);
-        pgrac::ic::SessionKeys back;
-        back.send = k.recv;
-        back.recv = k.send;
         pgrac::ic::FrameGuard peer(mode, back, 3);
         for (uint32_t seq = 1; seq <= 12; ++seq) {
             const size_t n = seq % 4 == 0 ? 0 : seq * 101;
@@ -298,12 +312,8 @@ TEST(FrameGuardSealInto, IsSealByteForByte) {
 // open_in_place gives what open() gives, in every mode, and refuses what
 // open() refuses (a flipped bit).
 TEST(FrameGuardOpenInPlace, MatchesOpen) {
-    pgrac::ic::SessionKeys k;
-    k.send.fill(1);
-    k.recv.fill(2);
-    pgrac::ic::SessionKeys back;
-    back.send = k.recv;
-    back.recv = k.send;
+    const KeyPair keys = key_pair(1, 2);
+    const pgrac::ic::SessionKeys &k = keys.here, &back = keys.there;
     for (auto mode : {pgrac::ic::WireProtection::Crc, pgrac::ic::WireProtection::Mac,
                       pgrac::ic::WireProtection::Secure}) {
         pgrac::ic::FrameGuard tx(mode, k), rx_apart(mode, back), rx_in_place(mode, back);
@@ -343,12 +353,8 @@ TEST(FrameGuardOpenInPlace, MatchesOpen) {
 // open_into writes what open() gives into the caller's room, in every mode,
 // and refuses a flipped bit.
 TEST(FrameGuardOpenInto, MatchesOpen) {
-    pgrac::ic::SessionKeys k;
-    k.send.fill(3);
-    k.recv.fill(4);
-    pgrac::ic::SessionKeys back;
-    back.send = k.recv;
-    back.recv = k.send;
+    const KeyPair keys = key_pair(3, 4);
+    const pgrac::ic::SessionKeys &k = keys.here, &back = keys.there;
     for (auto mode : {pgrac::ic::WireProtection::Crc, pgrac::ic::WireProtection::Mac,
                       pgrac::ic::WireProtection::Secure}) {
         pgrac::ic::FrameGuard tx(mode, k), rx(mode, back);
