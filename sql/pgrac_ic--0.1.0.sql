@@ -28,7 +28,7 @@ CREATE FUNCTION pgrac_ic_counters(
     OUT p999_latency_us float8, OUT latency_samples bigint, OUT verbs_sends bigint,
     OUT verbs_recvs bigint, OUT served_in_place bigint, OUT in_place_handoffs bigint,
     OUT direct_rpcs_sent bigint, OUT direct_rpcs_served bigint, OUT requester_lanes bigint,
-    OUT rdma_writes bigint, OUT zero_copy_sends bigint)
+    OUT rdma_writes bigint, OUT zero_copy_sends bigint, OUT sealed_in_place bigint)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'pgrac_ic_counters' LANGUAGE C STRICT VOLATILE PARALLEL SAFE;
 

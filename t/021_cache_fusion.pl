@@ -109,11 +109,27 @@ my $in_place = sub {
 	return $n1->safe_psql('postgres',
 		'SELECT served_in_place || \':\' || in_place_handoffs FROM pg_cluster_rdma_counters WHERE peer_node_id = 2');
 };
+my $sealed = sub {
+	return $n1->safe_psql('postgres',
+		'SELECT sealed_in_place FROM pg_cluster_rdma_counters WHERE peer_node_id = 2');
+};
 my ($served0, $handoffs0) = split /:/, $in_place->();
+my $sealed0 = $sealed->();
 $n2->safe_psql('postgres', "SELECT pgrac_fetch_block(1, 'pgbench_accounts', 0)");
 my ($served1, $handoffs1) = split /:/, $in_place->();
 is($served1 - $served0, 1, 'a block in the buffer pool is served in place by the listener');
 is($handoffs1, $handoffs0, '... with no handoff to an LMS worker');
+# Under secure (the default) on the backend's requester lane, the cipher
+# reads the page in the buffer pool: no copy before it (docs/rdma.md).
+is($sealed->() - $sealed0, 1, '... sealed while it was read, with no copy before the cipher');
+# Sealed that way, a batch of 7 and single blocks are still the bytes and LSN
+# get_raw_page and page_header see on node 1 (the LSN is sealed apart).
+is( $n2->safe_psql('postgres',
+		"SELECT string_agg(md5(page) || '/' || lsn, ',' ORDER BY blkno) FROM pgrac_fetch_blocks(1, 'pgbench_accounts', 0, 7)"),
+	$n1->safe_psql('postgres',
+		"SELECT string_agg(md5(get_raw_page('pgbench_accounts', g::int)) || '/' || (page_header(get_raw_page('pgbench_accounts', g::int))).lsn, ',' ORDER BY g) FROM generate_series(0, 6) g"),
+	'blocks sealed from the buffer pool equal get_raw_page on node 1, LSNs too');
+is($sealed->() - $sealed0, 2, '... the batch in one sealed reply');
 # cluster.serve_in_place = off: every request goes straight to an LMS worker.
 ok($c->set_serve_in_place(1, 'off', 2), 'serve_in_place off on node 1');
 my $counts_off = $in_place->();

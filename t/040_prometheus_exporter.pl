@@ -53,6 +53,7 @@ my %families = (
 		map { ("pg_cluster_rdma_counters_${_}_total" => 'counter') }
 		  qw(msgs_sent msgs_recv bytes_sent bytes_recv rpcs_sent rpcs_served retransmits
 		  reconnects duplicates_dropped backpressure_stalls served_in_place in_place_handoffs
+		  sealed_in_place
 		  direct_rpcs_sent direct_rpcs_served)
 	),
 	pg_cluster_rdma_counters_requester_lanes => 'gauge',

@@ -64,6 +64,35 @@ void hand_on(uint8_t* rec, size_t len) {
         engine_failed("hand a request to an LMS worker", err);
 }
 
+// The reply stream (request_server.hpp) onto the engine's sealed replies.
+bool stream_begin(uint16_t node, uint16_t flags, const MessageHeader& mh, uint32_t len) {
+    bool taken = false;
+    char err[256] = "";
+    if (!guarded([&] { taken = g_engine->begin_sealed_reply(node, flags, mh, len); }, err,
+                 sizeof err))
+        engine_failed("seal a reply", err);
+    return taken;
+}
+
+void stream_write(const uint8_t* piece, uint32_t len) {
+    char err[256] = "";
+    if (!guarded([&] { g_engine->write_sealed_reply(piece, len); }, err, sizeof err))
+        engine_failed("seal a reply", err);
+}
+
+void stream_finish() {
+    char err[256] = "";
+    if (!guarded([&] { g_engine->finish_sealed_reply(); }, err, sizeof err))
+        engine_failed("send a sealed reply", err);
+}
+
+void stream_abandon() {
+    char err[256] = "";
+    (void)guarded([&] { g_engine->abandon_sealed_reply(); }, err, sizeof err);
+}
+
+constexpr ReplyStreamOps kStreamOps = {stream_begin, stream_write, stream_finish, stream_abandon};
+
 }  // namespace
 
 void in_place_init(Engine* engine) {
@@ -93,7 +122,9 @@ bool serve_in_place(IcShared* shm) {
         // Only an RPC's reply is written; on verbs it may leave from where
         // it is written (zero_copy_replies.hpp).
         use_reply_body((pre.flags & kFlagRpcRequest) ? zero_copy_reply_body() : nullptr);
+        use_reply_stream(&kStreamOps);
         const Served done = serve_record(shm, g_record, len, true, send_reply);
+        use_reply_stream(nullptr);
         use_reply_body(nullptr);
         if (done == Served::Done) {
             if (peer != nullptr) count(&peer->served_in_place);

@@ -26,6 +26,7 @@ extern "C" {
 #include "utils/resowner.h"
 }
 
+#include <cstddef>
 #include <cstring>
 
 #include "instance/guc.hpp"
@@ -103,6 +104,36 @@ __attribute__((noinline)) bool copy_blocks(SMgrRelation sr, RelFileNode rnode, F
     return true;
 }
 
+static_assert(offsetof(PageHeaderData, pd_lsn) == 0 && sizeof(PageXLogRecPtr) == 8,
+              "the page LSN is the page's first 8 bytes");
+
+// As copy_blocks, for a reply written while it is sealed (request_server.hpp,
+// under `secure` in place): the cipher reads each page where it lies, under
+// its content lock, and its pass is the only one. It cannot go back to the
+// LSN it passed, so the LSN is read first, under the buffer header lock, and
+// sealed from here in place of the page's own: a hint bit set while the page
+// is read may be in the image with an LSN newer than the one it carries, as
+// in the page FlushBuffer writes, which reads the LSN before its copy too.
+// The image and its entry header always carry the same LSN.
+__attribute__((noinline)) bool seal_blocks(SMgrRelation sr, RelFileNode rnode, ForkNumber forknum,
+                                           BlockNumber first, uint32_t n) {
+    for (uint32_t i = 0; i < n; i++) {
+        const Buffer buf = pin_and_share_lock(sr, rnode, forknum, first + i, nullptr);
+        if (!BufferIsValid(buf)) return false;
+        const XLogRecPtr lsn = BufferGetLSNAtomic(buf);
+        uint8_t head[kBlockEntryHeader + sizeof(PageXLogRecPtr)];
+        ic::codec::encode_to(BlockEntryHeader{first + i, lsn}, head, kBlockEntryHeader);
+        PageXLogRecPtr at;
+        PageXLogRecPtrSet(at, lsn);
+        std::memcpy(head + kBlockEntryHeader, &at, sizeof at);
+        reply_stream_write(head, sizeof head);
+        reply_stream_write(reinterpret_cast<const uint8_t*>(BufferGetPage(buf)) + sizeof at,
+                           BLCKSZ - sizeof at);
+        UnlockReleaseBuffer(buf);
+    }
+    return true;
+}
+
 int serve_blocks(Oid db, Oid relid, RelFileNode rnode, ForkNumber forknum, BlockNumber first,
                  uint32_t count, pgrac_ic_reply* reply);
 
@@ -176,17 +207,26 @@ __attribute__((noinline)) int read_blocks(Oid db, Oid relid, RelFileNode rnode, 
                                first, rnode.spcNode, rnode.dbNode, rnode.relNode, forkNames[fork],
                                pgrac_node_id, nblocks)));
     const uint32_t n = Min(count, nblocks - first);
-    uint8_t* out = static_cast<uint8_t*>(reply->body);
+    const uint32_t len = kBlockReplyHeader + n * (kBlockEntryHeader + BLCKSZ);
+    // Sealed as it is read, or copied into the reply (then sealed, or sent
+    // with its CRC, from there).
+    const bool sealing = reply_stream_begin(len);
+    uint8_t sealed_header[kBlockReplyHeader];
+    uint8_t* out = sealing ? sealed_header : static_cast<uint8_t*>(reply->body);
     write_header(out, nblocks, n);
-    if (!copy_blocks(sr, rnode, forknum, first, n, out + kBlockReplyHeader)) {
+    if (sealing) reply_stream_write(sealed_header, kBlockReplyHeader);
+    if (sealing ? !seal_blocks(sr, rnode, forknum, first, n)
+                : !copy_blocks(sr, rnode, forknum, first, n, out + kBlockReplyHeader)) {
+        reply_stream_abandon();
         decline_in_place();  // an LMS worker reads it
         return PGRAC_IC_OK;
     }
     // Only a DDL that does not conflict with AccessShareLock could have
     // changed the relation meanwhile (docs/cache_fusion.md): never ship what
-    // it replaced.
+    // it replaced (a sealed reply leaves only after this).
     const bool holds = block_identity_holds(db, relid, rnode);
     if (block_identity_undecided()) {
+        reply_stream_abandon();
         decline_in_place();
         return PGRAC_IC_OK;
     }
@@ -195,7 +235,11 @@ __attribute__((noinline)) int read_blocks(Oid db, Oid relid, RelFileNode rnode, 
                         errmsg("relation %u of database %u changed on node %d while its blocks "
                                "were read, retry",
                                relid, db, pgrac_node_id)));
-    reply->len = kBlockReplyHeader + n * (kBlockEntryHeader + BLCKSZ);
+    if (sealing) {
+        reply_stream_finish();
+        return PGRAC_IC_OK;
+    }
+    reply->len = len;
     return PGRAC_IC_OK;
 }
 

@@ -32,6 +32,18 @@ uint8_t* g_reply_body = nullptr;      // PGRAC_IC_MAX_MESSAGE bytes, after the h
 uint8_t* g_own_reply_body = nullptr;  // what g_reply_body is unless use_reply_body() says
 bool g_declined = false;
 
+// The reply stream (use_reply_stream): where the reply to the request being
+// served goes, while serve_record() runs an RPC's handler, and its state.
+const ReplyStreamOps* g_stream_ops = nullptr;
+struct StreamTarget {
+    bool set = false;
+    uint16_t node = 0, flags = 0;
+    MessageHeader mh;
+};
+StreamTarget g_target;
+bool g_stream_open = false;
+bool g_stream_sent = false;
+
 // After a handler raised: what the checkpointer and bgwriter do after an
 // error, since neither the LMS nor the listener runs a transaction whose abort
 // would do it (handlers may take LWLocks, pin buffers, sleep on condition
@@ -112,6 +124,39 @@ void use_reply_body(uint8_t* body) {
     g_reply_body = body != nullptr ? body : g_own_reply_body;
 }
 
+void use_reply_stream(const ReplyStreamOps* ops) {
+    g_stream_ops = ops;
+}
+
+bool reply_stream_begin(uint32_t len) {
+    if (g_stream_ops == nullptr || !g_target.set || g_stream_open || g_stream_sent) return false;
+    if (!g_stream_ops->begin(g_target.node, g_target.flags, g_target.mh, len)) return false;
+    g_stream_open = true;
+    return true;
+}
+
+void reply_stream_write(const void* piece, uint32_t len) {
+    if (!g_stream_open)
+        ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
+                        errmsg("pgrac_ic: a reply piece was written with no reply begun")));
+    g_stream_ops->write(static_cast<const uint8_t*>(piece), len);
+}
+
+void reply_stream_finish() {
+    if (!g_stream_open)
+        ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
+                        errmsg("pgrac_ic: a reply was finished with none begun")));
+    g_stream_open = false;  // the engine has abandoned it if this raises
+    g_stream_ops->finish();
+    g_stream_sent = true;
+}
+
+void reply_stream_abandon() {
+    if (!g_stream_open) return;
+    g_stream_open = false;
+    g_stream_ops->abandon();
+}
+
 void decline_in_place() {
     if (serving_in_place()) g_declined = true;
 }
@@ -150,9 +195,29 @@ Served serve_record(IcShared* shm, const uint8_t* rec, size_t len, bool in_place
     } else {
         set_serving_in_place(in_place);
         g_declined = false;
+        g_stream_sent = false;
+        if (is_rpc) {
+            g_target.set = true;
+            g_target.node = pre.node;
+            g_target.flags = kFlagRpcReply | (pre.flags & kFlagControlLane);
+            g_target.mh = mh;
+            g_target.mh.status = PGRAC_IC_OK;
+            g_target.mh.epoch = load_relaxed(&shm->epoch);
+        }
         status = run_handler(h, &msg, is_rpc ? &reply : nullptr);
+        g_target.set = false;
+        reply_stream_abandon();  // begun and not finished: an error or a decline
         set_serving_in_place(false);
         if (g_declined) return Served::WouldBlock;
+        if (g_stream_sent) {
+            // The reply has left; whatever the handler did after it cannot
+            // change it, and a second reply to one request is never sent.
+            if (status != PGRAC_IC_OK)
+                shm->errors.add(ErrorType::HandlerError, Severity::Warning, pre.node,
+                                unix_time_us(),
+                                "a handler failed after its reply was sent; the reply stands");
+            return Served::Done;
+        }
         if (status == PGRAC_IC_HANDLER_ERROR && is_rpc) {
             char text[kErrorDescriptionMax];
             snprintf(text, sizeof text, "handler \"%s\" failed: %.*s", h->name,

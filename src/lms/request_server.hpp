@@ -25,6 +25,30 @@ void request_server_init();
 // server's own. The listener points it at a zero-copy buffer per request.
 void use_reply_body(uint8_t* body);
 
+// A reply written while it is sealed (Engine::begin_sealed_reply): the
+// cipher reads each piece where the handler finds it. The listener installs
+// these for what it serves in place; elsewhere there are none. Each raises a
+// PostgreSQL error when the engine fails, except abandon, which cannot.
+struct ReplyStreamOps {
+    bool (*begin)(uint16_t node, uint16_t flags, const ic::MessageHeader& mh, uint32_t len);
+    void (*write)(const uint8_t* piece, uint32_t len);
+    void (*finish)();
+    void (*abandon)();
+};
+void use_reply_stream(const ReplyStreamOps* ops);
+
+// For pgrac_ic's own handlers (the block service): true if the reply to the
+// request being served, `len` body bytes, is to be written while it is sealed:
+// then reply_stream_write() takes the len bytes in order and
+// reply_stream_finish() sends it (the handler's reply->len is then ignored);
+// false: write the reply as usual. A reply begun and not finished (an error,
+// a decline) is abandoned by the request server; reply_stream_abandon()
+// does it at once (nothing was sent; a reply is still due).
+bool reply_stream_begin(uint32_t len);
+void reply_stream_write(const void* piece, uint32_t len);
+void reply_stream_finish();
+void reply_stream_abandon();
+
 enum class Served { Done, WouldBlock };
 
 // Serves one record (RingPrefix + MessageHeader + body). With in_place, a

@@ -25,12 +25,12 @@ using pgrac::tiers::Tier;
 
 namespace {
 
-constexpr int kColumns = 28;
+constexpr int kColumns = 29;
 
 struct Row {
     uint64_t msgs_sent, msgs_recv, bytes_sent, bytes_recv, rpcs_sent, rpcs_served, retransmits,
         reconnects, duplicates, stalls, queued_msgs, queued_bytes, served_in_place,
-        in_place_handoffs, direct_rpcs_sent, direct_rpcs_served, requester_lanes;
+        in_place_handoffs, direct_rpcs_sent, direct_rpcs_served, requester_lanes, sealed_in_place;
 };
 
 Row read_row(const PeerShared& p) {
@@ -42,7 +42,7 @@ Row read_row(const PeerShared& p) {
                load_relaxed(&p.queued_msgs),        load_relaxed(&p.queued_bytes),
                load_relaxed(&p.served_in_place),    load_relaxed(&p.in_place_handoffs),
                load_relaxed(&p.direct_rpcs_sent),   load_relaxed(&p.direct_rpcs_served),
-               load_relaxed(&p.requester_lanes)};
+               load_relaxed(&p.requester_lanes),    load_relaxed(&p.sealed_in_place)};
 }
 
 void add(Row& t, const Row& r) {
@@ -63,6 +63,7 @@ void add(Row& t, const Row& r) {
     t.direct_rpcs_sent += r.direct_rpcs_sent;
     t.direct_rpcs_served += r.direct_rpcs_served;
     t.requester_lanes += r.requester_lanes;
+    t.sealed_in_place += r.sealed_in_place;
 }
 
 void put_row(ReturnSetInfo* rsinfo, const IcShared* shm, int node, const Row& r,
@@ -128,6 +129,9 @@ void put_row(ReturnSetInfo* rsinfo, const IcShared* shm, int node, const Row& r,
     // Replies written into requester lanes' landing slots, and frames sent
     // without a copy into a send slot (docs/rdma.md).
     verbs_total({&shm->rdma_writes, &shm->zero_copy_sends});
+    // Replies to the peer sealed while they were written: the cipher read the
+    // block in the buffer pool, with no copy before it (docs/rdma.md).
+    v[i++] = counter_datum(r.sealed_in_place);
     Assert(i == kColumns);
     tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, v, n);
 }

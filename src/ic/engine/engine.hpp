@@ -102,6 +102,24 @@ class Engine final : public ic::TransportHandler, public HandshakePolicy {
     // Sends a message from the owner's own process (the reply to a request it
     // served in place): no ring, no wakeup.
     void send_from_owner(uint16_t node, uint16_t flags, const uint8_t* payload, uint32_t len);
+    // A reply the owner seals while its handler writes it (served in place,
+    // going back on a requester lane under `secure`): the cipher reads each
+    // piece where the handler found it (a page in the buffer pool, under its
+    // content lock) and writes the frame the transport sends, into a send
+    // slot it lends (verbs) or the engine's buffer (TCP): its pass is the
+    // only one over the payload. begin_sealed_reply() writes the message
+    // header (mh, status as given) and is false when the reply cannot go so
+    // (no requester lane waits for it, not `secure`, too big): the handler
+    // then writes its reply as usual. Then write_sealed_reply() takes the
+    // body_len body bytes in order, and finish_sealed_reply() sends the
+    // frame, as send_from_owner() would have. abandon_sealed_reply() drops
+    // it (nothing was sent; the reply is still due). Between begin and
+    // finish or abandon the owner makes no other engine call.
+    bool begin_sealed_reply(uint16_t node, uint16_t flags, const MessageHeader& mh,
+                            uint32_t body_len);
+    void write_sealed_reply(const uint8_t* piece, uint32_t len);
+    void finish_sealed_reply();
+    void abandon_sealed_reply();
     // RPCs that went out from this instance and wait for their reply.
     bool awaiting_replies() const { return !outstanding_.empty(); }
     // Tells peers we are going away and closes every connection.
@@ -333,6 +351,16 @@ class Engine final : public ic::TransportHandler, public HandshakePolicy {
     bool shutting_down_ = false;
     uint64_t work_ = 0;              // bumped by everything that moves a message
     std::vector<uint8_t> seal_buf_;  // one sealed frame on its way to the transport
+    // The reply begin_sealed_reply() started (requesters.cpp).
+    struct SealedReply {
+        ic::ConnId conn = 0;    // 0: none
+        bool reserved = false;  // sealed into the transport's send slot, else seal_buf_
+        uint16_t node = 0;
+        uint64_t rpc_id = 0;
+        FrameHeader h;
+        size_t sealed_len = 0;
+    } sealed_reply_;
+    FrameGuard& sealed_reply_guard();
     LogThrottle throttle_;
 };
 

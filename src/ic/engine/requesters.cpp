@@ -6,6 +6,7 @@
 // differs is that nothing is resent: a lane that breaks fails its request at
 // the requester, and stale_request() keeps a late one from running after a
 // newer request of the same process (docs/architecture.md).
+#include <stdexcept>
 #include <string>
 
 #include "ic/base/atomics.hpp"
@@ -156,6 +157,110 @@ bool Engine::route_due_reply(uint16_t node, uint16_t flags, const MessageHeader&
     count(&ps->msgs_sent);
     count<uint64_t>(&ps->bytes_sent, kFrameHeaderSize + len);
     return true;
+}
+
+// ---- a reply sealed while it is written (engine.hpp)
+
+bool Engine::begin_sealed_reply(uint16_t node, uint16_t flags, const MessageHeader& mh,
+                                uint32_t body_len) {
+    if (sealed_reply_.conn != 0)
+        throw std::logic_error("Engine::begin_sealed_reply: another reply is being sealed");
+    if (!(flags & kFlagRpcReply) || replies_due_.empty()) return false;
+    auto due = replies_due_.find({node, mh.rpc_id});
+    if (due == replies_due_.end() || due->second == 0 || due->second == kViaPeerLanes) return false;
+    auto ci = conns_.find(due->second);
+    if (ci == conns_.end() || !ci->second.requester || ci->second.guard == nullptr ||
+        ci->second.guard->mode() != WireProtection::Secure)
+        return false;
+    const uint32_t len = static_cast<uint32_t>(kMessageHeaderSize) + body_len;
+    if (len > transport_->max_payload()) return false;  // the usual path says why
+    Conn& c = ci->second;
+    SealedReply r;
+    r.conn = due->second;
+    r.node = node;
+    r.rpc_id = mh.rpc_id;
+    r.h.type = FrameType::Message;
+    r.h.flags = flags & kKnownFrameFlags;
+    r.h.src_node = cfg_.identity.node_id;
+    r.h.payload_len = len;
+    r.h.seq = c.req_sent + 1;  // taken at finish_sealed_reply()
+    r.h.ack = c.req_received;
+    r.sealed_len = kFrameHeaderSize + len + c.guard->overhead();
+    uint8_t* out = transport_->reserve_frame(r.conn, r.sealed_len);
+    r.reserved = out != nullptr;
+    if (out == nullptr) {
+        seal_buf_.resize(r.sealed_len);
+        out = seal_buf_.data();
+    }
+    try {
+        c.guard->seal_begin(r.h, len, out);
+    } catch (...) {
+        if (r.reserved) transport_->cancel_reserved(r.conn);
+        throw;
+    }
+    sealed_reply_ = r;
+    uint8_t head[kMessageHeaderSize];
+    encode_message_header(mh, head);
+    write_sealed_reply(head, sizeof head);
+    return true;
+}
+
+FrameGuard& Engine::sealed_reply_guard() {
+    auto ci = sealed_reply_.conn == 0 ? conns_.end() : conns_.find(sealed_reply_.conn);
+    if (ci == conns_.end() || ci->second.guard == nullptr)
+        throw std::logic_error("Engine: no reply is being sealed");
+    return *ci->second.guard;
+}
+
+// A throw leaves nothing begun: the reply is abandoned first.
+void Engine::write_sealed_reply(const uint8_t* piece, uint32_t len) {
+    try {
+        sealed_reply_guard().seal_next(piece, len);
+    } catch (...) {
+        abandon_sealed_reply();
+        throw;
+    }
+}
+
+void Engine::finish_sealed_reply() {
+    const SealedReply r = sealed_reply_;
+    try {
+        sealed_reply_guard().seal_end();
+    } catch (...) {
+        abandon_sealed_reply();
+        throw;
+    }
+    sealed_reply_ = SealedReply{};
+    // What route_due_reply() does once the frame is sealed.
+    replies_due_.erase({r.node, r.rpc_id});
+    Conn& c = conns_.at(r.conn);
+    c.req_pending = false;
+    c.req_sent = r.h.seq;
+    PeerShared* ps = peers_[c.peer].shm;
+    bool sent;
+    if (r.reserved) {
+        sent = transport_->send_reserved(r.conn, r.sealed_len);
+    } else {
+        iovec iov{seal_buf_.data(), r.sealed_len};
+        sent = transport_->send(r.conn, &iov, 1);
+    }
+    work_++;
+    if (!sent) {
+        close_conn(r.conn);
+        return;
+    }
+    count(&ps->msgs_sent);
+    count<uint64_t>(&ps->bytes_sent, kFrameHeaderSize + r.h.payload_len);
+    count(&ps->sealed_in_place);
+}
+
+void Engine::abandon_sealed_reply() {
+    if (sealed_reply_.conn == 0) return;
+    const SealedReply r = sealed_reply_;
+    sealed_reply_ = SealedReply{};
+    auto ci = conns_.find(r.conn);
+    if (ci != conns_.end() && ci->second.guard != nullptr) ci->second.guard->seal_abandon();
+    if (r.reserved) transport_->cancel_reserved(r.conn);
 }
 
 void Engine::close_requester_lanes(int peer) {

@@ -49,6 +49,10 @@ struct PeerShared {
     // arrived (no LMS handoff), and taken in place but handed to an LMS
     // because serving them would have waited (a block not in the buffer pool).
     uint64_t served_in_place, in_place_handoffs;
+    // Of the replies to this peer: those sealed while they were written
+    // (Engine::begin_sealed_reply): the cipher read the reply where the
+    // handler found it, with no copy before it.
+    uint64_t sealed_in_place;
     // Requester lanes (docs/architecture.md, "Requester lanes"): RPCs this
     // node's backends sent to the peer on their own connection, RPCs the
     // peer's backends sent us that way, and those connections now open.

@@ -117,32 +117,73 @@ void FrameGuard::seal(FrameHeader h, const uint8_t* payload, uint32_t len,
 }
 
 void FrameGuard::seal_into(FrameHeader h, const uint8_t* payload, uint32_t len, uint8_t* out) {
-    const size_t tag = overhead();
-    h.payload_len = static_cast<uint32_t>(len + tag);
-    const size_t frame_len = kFrameHeaderSize + h.payload_len;
-    uint8_t* hdr = out;
-    encode_frame_fields(h, hdr);  // crc field zero: this is the AAD
-    uint8_t* body = hdr + kFrameHeaderSize;
-    if (mode_ == WireProtection::Crc) {
-        if (len > 0) std::memcpy(body, payload, len);
-    } else {
+    seal_begin(h, len, out);
+    try {
+        seal_next(payload, len);
+        seal_end();
+    } catch (...) {
+        seal_abandon();
+        throw;
+    }
+}
+
+void FrameGuard::seal_begin(FrameHeader h, uint32_t len, uint8_t* out) {
+    if (stream_out_ != nullptr)
+        throw std::logic_error("FrameGuard::seal_begin: another frame is being sealed");
+    h.payload_len = static_cast<uint32_t>(len + overhead());
+    encode_frame_fields(h, out);  // crc field zero: this is the AAD
+    if (mode_ != WireProtection::Crc) {
         begin(send_);
         int n = 0;
-        bool ok = EVP_EncryptUpdate(send_.ctx, nullptr, &n, hdr, kFrameHeaderSize) == 1;
-        if (mode_ == WireProtection::Secure) {
-            ok = ok && (len == 0 || EVP_EncryptUpdate(send_.ctx, body, &n, payload,
-                                                      static_cast<int>(len)) == 1);
-        } else {
-            ok = ok && (len == 0 || EVP_EncryptUpdate(send_.ctx, nullptr, &n, payload,
-                                                      static_cast<int>(len)) == 1);
-            if (len > 0) std::memcpy(body, payload, len);
-        }
-        ok = ok && EVP_EncryptFinal_ex(send_.ctx, body + len, &n) == 1 &&
-             EVP_CIPHER_CTX_ctrl(send_.ctx, EVP_CTRL_GCM_GET_TAG, kFrameTagSize, body + len) == 1;
+        if (EVP_EncryptUpdate(send_.ctx, nullptr, &n, out, kFrameHeaderSize) != 1)
+            crypto_failed("AES-256-GCM seal");
+    }
+    stream_out_ = out;
+    stream_len_ = len;
+    stream_done_ = 0;
+}
+
+void FrameGuard::seal_next(const uint8_t* piece, uint32_t n) {
+    if (stream_out_ == nullptr || n > stream_len_ - stream_done_)
+        throw std::logic_error("FrameGuard::seal_next: more than the frame's payload");
+    if (n == 0) return;
+    uint8_t* to = stream_out_ + kFrameHeaderSize + stream_done_;
+    int written = 0;
+    if (mode_ == WireProtection::Secure) {
+        // GCM is a stream mode: every byte in is a byte out, at once.
+        if (EVP_EncryptUpdate(send_.ctx, to, &written, piece, static_cast<int>(n)) != 1 ||
+            written != static_cast<int>(n))
+            crypto_failed("AES-256-GCM seal");
+    } else {
+        if (mode_ == WireProtection::Mac &&
+            EVP_EncryptUpdate(send_.ctx, nullptr, &written, piece, static_cast<int>(n)) != 1)
+            crypto_failed("AES-256-GCM seal");
+        std::memcpy(to, piece, n);
+    }
+    stream_done_ += n;
+}
+
+void FrameGuard::seal_end() {
+    if (stream_out_ == nullptr || stream_done_ != stream_len_)
+        throw std::logic_error("FrameGuard::seal_end: the payload is not complete");
+    uint8_t* tag = stream_out_ + kFrameHeaderSize + stream_len_;
+    if (mode_ != WireProtection::Crc) {
+        int n = 0;
+        const bool ok =
+            EVP_EncryptFinal_ex(send_.ctx, tag, &n) == 1 &&
+            EVP_CIPHER_CTX_ctrl(send_.ctx, EVP_CTRL_GCM_GET_TAG, kFrameTagSize, tag) == 1;
         if (!ok) crypto_failed("AES-256-GCM seal");
         ++send_.counter;
     }
-    put32(hdr + 20, crc32c(hdr, frame_len));
+    put32(stream_out_ + 20, crc32c(stream_out_, kFrameHeaderSize + stream_len_ + overhead()));
+    stream_out_ = nullptr;
+}
+
+void FrameGuard::seal_abandon() {
+    if (stream_out_ == nullptr) return;
+    // Its nonce is the next frame's: nothing sealed under it stays behind.
+    OPENSSL_cleanse(stream_out_, kFrameHeaderSize + stream_done_);
+    stream_out_ = nullptr;
 }
 
 void FrameGuard::seal_apart(FrameHeader h, const uint8_t* payload, uint32_t len, uint8_t* hdr,

@@ -63,6 +63,22 @@ class FrameGuard {
     // As seal(), into out's kFrameHeaderSize + len + overhead() bytes (a
     // transport's send buffer: the cipher pass is then the only copy).
     void seal_into(FrameHeader h, const uint8_t* payload, uint32_t len, uint8_t* out);
+    // seal_into() for a payload that is not in one place (a reply read from
+    // several: the cipher then reads each piece where it lies, and its pass
+    // is the only one). seal_begin() writes the header into out (room for
+    // kFrameHeaderSize + len + overhead() bytes), seal_next() takes the len
+    // payload bytes in order, in pieces of any size, and seal_end() writes the
+    // tag and the CRC: the frame is byte for byte what seal_into() makes of
+    // the same payload. seal_abandon() drops a frame begun and wipes what it
+    // wrote. The frame counter advances at seal_end() only, so an abandoned
+    // frame's nonce is the next frame's: its bytes must never have left
+    // (nothing a caller sends is complete before seal_end()). One frame at
+    // a time; a throw from seal_next() or seal_end() leaves it to abandon.
+    void seal_begin(FrameHeader h, uint32_t len, uint8_t* out);
+    void seal_next(const uint8_t* piece, uint32_t n);
+    void seal_end();
+    void seal_abandon();
+    bool sealing() const { return stream_out_ != nullptr; }
     // As seal(), for a mode that leaves the payload as it is (crc, mac): only
     // the header (hdr, kFrameHeaderSize bytes) and the tag (tag, overhead()
     // bytes) are written; the frame on the wire is hdr, payload, tag, the
@@ -110,6 +126,10 @@ class FrameGuard {
     uint64_t rekey_interval_;
     Direction send_, recv_;
     std::vector<uint8_t> plain_;
+    // The frame seal_begin() started: where it goes, its payload's length,
+    // and how much of it seal_next() has taken.
+    uint8_t* stream_out_ = nullptr;
+    uint32_t stream_len_ = 0, stream_done_ = 0;
 };
 
 }  // namespace pgrac::ic

@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -384,6 +385,35 @@ class TestNode {
     // the request to the LMS workers as a handler that would block does.
     bool hand_to_lms = false;
     bool owner_serves = true;  // false: leave requests held in the engine
+    // Echo replies sealed while they are written (Engine::begin_sealed_reply),
+    // in pieces of 1, 7, 1000 bytes and the rest, as the block service does;
+    // with abandon_first each is begun, half written and abandoned once first.
+    bool seal_replies = false;
+    bool abandon_first = false;
+    size_t sealed_begun = 0;  // replies begin_sealed_reply() took
+    bool seal_reply(uint16_t to, const MessageHeader& rh, const std::vector<uint8_t>& body) {
+        const uint32_t len = static_cast<uint32_t>(body.size());
+        auto write_all = [&](uint32_t upto) {
+            const uint32_t cuts[] = {1, 8, 1008, len};
+            uint32_t at = 0;
+            for (uint32_t cut : cuts) {
+                const uint32_t end = std::min(cut, upto);
+                if (end <= at) continue;
+                engine_->write_sealed_reply(body.data() + at, end - at);
+                at = end;
+            }
+        };
+        if (abandon_first) {
+            if (!engine_->begin_sealed_reply(to, kFlagRpcReply, rh, len)) return false;
+            write_all(len / 2);
+            engine_->abandon_sealed_reply();
+        }
+        if (!engine_->begin_sealed_reply(to, kFlagRpcReply, rh, len)) return false;
+        sealed_begun++;
+        write_all(len);
+        engine_->finish_sealed_reply();
+        return true;
+    }
     std::vector<Received> served_in_place;
     bool serve_owner() {
         if (!owner_serves) return false;
@@ -404,6 +434,10 @@ class TestNode {
             if (pre.flags & kFlagRpcRequest) {
                 MessageHeader rh = r.mh;
                 rh.status = PGRAC_IC_OK;
+                if (seal_replies && seal_reply(pre.node, rh, r.body)) {
+                    served_in_place.push_back(std::move(r));
+                    continue;
+                }
                 std::vector<uint8_t> out(kMessageHeaderSize + r.body.size());
                 encode_message_header(rh, out.data());
                 std::copy(r.body.begin(), r.body.end(), out.begin() + kMessageHeaderSize);

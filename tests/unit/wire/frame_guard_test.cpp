@@ -390,3 +390,131 @@ TEST(FrameGuardOpenInto, MatchesOpen) {
             << "a flipped bit";
     }
 }
+
+namespace {
+
+pgrac::ic::FrameHeader piece_header(uint32_t seq) {
+    pgrac::ic::FrameHeader h;
+    h.type = pgrac::ic::FrameType::Message;
+    h.flags = pgrac::ic::kFlagRpcReply;
+    h.seq = seq;
+    h.src_node = 2;
+    return h;
+}
+
+// Opens a frame sealed into `room` at `peer`; its plain payload, or nothing.
+bool open_sealed(pgrac::ic::FrameGuard& peer, const pgrac::ic::FrameHeader& h,
+                 std::vector<uint8_t>& room, size_t frame_len, std::vector<uint8_t>* plain) {
+    pgrac::ic::FrameHeader got = h;
+    got.payload_len = static_cast<uint32_t>(frame_len - pgrac::ic::kFrameHeaderSize);
+    if (pgrac::ic::verify_frame_crc(room.data(), room.data() + pgrac::ic::kFrameHeaderSize,
+                                    got.payload_len) != pgrac::ic::FrameError::None)
+        return false;
+    const uint8_t* p = nullptr;
+    uint32_t n = 0;
+    if (!peer.open(got, room.data() + pgrac::ic::kFrameHeaderSize, &p, &n)) return false;
+    plain->assign(p, p + n);
+    return true;
+}
+
+}  // namespace
+
+// A payload sealed in pieces (seal_begin, seal_next, seal_end) is the frame
+// seal() makes of it, in every mode, whatever the cuts, across key roll-overs.
+TEST(FrameGuardSealInPieces, IsSealByteForByte) {
+    const KeyPair keys = key_pair(7, 8);
+    for (auto mode : {pgrac::ic::WireProtection::Crc, pgrac::ic::WireProtection::Mac,
+                      pgrac::ic::WireProtection::Secure}) {
+        pgrac::ic::FrameGuard whole_guard(mode, keys.here, 3), pieces(mode, keys.here, 3);
+        pgrac::ic::FrameGuard peer(mode, keys.there, 3);
+        // The block service's cuts (header, entry header and LSN, the rest of
+        // the page) and odd ones; 0 = an empty payload.
+        const std::vector<std::vector<uint32_t>> cuts = {
+            {0}, {1}, {8, 20, 8184}, {8, 20, 8184, 20, 8184}, {15, 1, 16, 17}, {4096, 0, 4096}};
+        uint32_t seq = 0;
+        for (int round = 0; round < 3; ++round)
+            for (const auto& c : cuts) {
+                ++seq;
+                uint32_t len = 0;
+                for (uint32_t n : c) len += n;
+                std::vector<uint8_t> in(len);
+                for (uint32_t i = 0; i < len; ++i) in[i] = static_cast<uint8_t>(i * 13 + seq);
+                const pgrac::ic::FrameHeader h = piece_header(seq);
+                std::vector<uint8_t> whole;
+                whole_guard.seal(h, in.data(), len, &whole);
+                std::vector<uint8_t> room(whole.size() + 8, 0xee);
+                pieces.seal_begin(h, len, room.data());
+                EXPECT_TRUE(pieces.sealing());
+                uint32_t at = 0;
+                for (uint32_t n : c) {
+                    pieces.seal_next(in.data() + at, n);
+                    at += n;
+                }
+                pieces.seal_end();
+                EXPECT_FALSE(pieces.sealing());
+                ASSERT_TRUE(std::equal(whole.begin(), whole.end(), room.begin()))
+                    << pgrac::ic::wire_protection_name(mode) << " frame " << seq;
+                EXPECT_EQ(room[whole.size()], 0xee) << "nothing written past the frame";
+                std::vector<uint8_t> plain;
+                ASSERT_TRUE(open_sealed(peer, h, room, whole.size(), &plain)) << seq;
+                EXPECT_EQ(plain, in);
+            }
+        EXPECT_EQ(pieces.frames_sealed(), whole_guard.frames_sealed());
+    }
+}
+
+// An abandoned frame wipes what it wrote and does not count: the next frame
+// takes its nonce and opens at the peer, which never saw the abandoned one.
+TEST(FrameGuardSealInPieces, AnAbandonedFrameLeavesNothingAndTheCountersInStep) {
+    const KeyPair keys = key_pair(9, 10);
+    for (auto mode : {pgrac::ic::WireProtection::Mac, pgrac::ic::WireProtection::Secure}) {
+        pgrac::ic::FrameGuard tx(mode, keys.here), peer(mode, keys.there);
+        const std::vector<uint8_t> in(8204, 0x5a);
+        for (uint32_t seq = 1; seq <= 4; ++seq) {
+            std::vector<uint8_t> room(pgrac::ic::kFrameHeaderSize + in.size() + 16, 0);
+            const uint64_t before = tx.frames_sealed();
+            tx.seal_begin(piece_header(seq), static_cast<uint32_t>(in.size()), room.data());
+            // Abandoned after half the payload, after all of it, or at once.
+            const uint32_t upto = seq == 1 ? 0 : seq == 2 ? 4102 : 8204;
+            tx.seal_next(in.data(), upto);
+            tx.seal_abandon();
+            EXPECT_FALSE(tx.sealing());
+            EXPECT_EQ(tx.frames_sealed(), before);
+            EXPECT_TRUE(std::all_of(room.begin(), room.end(), [](uint8_t b) { return b == 0; }))
+                << "the abandoned frame's bytes were wiped";
+            const std::vector<uint8_t> next(100 + seq, static_cast<uint8_t>(seq));
+            tx.seal_begin(piece_header(seq), static_cast<uint32_t>(next.size()), room.data());
+            tx.seal_next(next.data(), static_cast<uint32_t>(next.size()));
+            tx.seal_end();
+            std::vector<uint8_t> plain;
+            ASSERT_TRUE(open_sealed(peer, piece_header(seq), room,
+                                    pgrac::ic::kFrameHeaderSize + next.size() + 16, &plain))
+                << pgrac::ic::wire_protection_name(mode) << " frame " << seq;
+            EXPECT_EQ(plain, next);
+        }
+        tx.seal_abandon();  // nothing begun: nothing to do
+    }
+}
+
+// Out-of-order use throws a logic error and spoils nothing: after it the frame
+// can still be abandoned and the next one sealed.
+TEST(FrameGuardSealInPieces, MisuseThrows) {
+    const KeyPair keys = key_pair(11, 12);
+    pgrac::ic::FrameGuard tx(pgrac::ic::WireProtection::Secure, keys.here);
+    pgrac::ic::FrameGuard peer(pgrac::ic::WireProtection::Secure, keys.there);
+    std::vector<uint8_t> room(pgrac::ic::kFrameHeaderSize + 64 + 16);
+    const std::vector<uint8_t> in(64, 1);
+    EXPECT_THROW(tx.seal_next(in.data(), 1), std::logic_error) << "nothing begun";
+    EXPECT_THROW(tx.seal_end(), std::logic_error) << "nothing begun";
+    tx.seal_begin(piece_header(1), 64, room.data());
+    EXPECT_THROW(tx.seal_begin(piece_header(1), 64, room.data()), std::logic_error);
+    tx.seal_next(in.data(), 60);
+    EXPECT_THROW(tx.seal_next(in.data(), 5), std::logic_error) << "past the payload";
+    EXPECT_THROW(tx.seal_end(), std::logic_error) << "payload not complete";
+    EXPECT_THROW(tx.seal_into(piece_header(1), in.data(), 64, room.data()), std::logic_error);
+    tx.seal_abandon();
+    tx.seal_into(piece_header(1), in.data(), 64, room.data());
+    std::vector<uint8_t> plain;
+    ASSERT_TRUE(open_sealed(peer, piece_header(1), room, room.size(), &plain));
+    EXPECT_EQ(plain, in);
+}
