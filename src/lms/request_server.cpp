@@ -208,7 +208,7 @@ Served serve_record(IcShared* shm, const uint8_t* rec, size_t len, bool in_place
         g_target.set = false;
         reply_stream_abandon();  // begun and not finished: an error or a decline
         set_serving_in_place(false);
-        if (g_declined) return Served::WouldBlock;
+        // Sent first: a reply that left is never followed by an LMS worker's.
         if (g_stream_sent) {
             // The reply has left; whatever the handler did after it cannot
             // change it, and a second reply to one request is never sent.
@@ -218,6 +218,7 @@ Served serve_record(IcShared* shm, const uint8_t* rec, size_t len, bool in_place
                                 "a handler failed after its reply was sent; the reply stands");
             return Served::Done;
         }
+        if (g_declined) return Served::WouldBlock;
         if (status == PGRAC_IC_HANDLER_ERROR && is_rpc) {
             char text[kErrorDescriptionMax];
             snprintf(text, sizeof text, "handler \"%s\" failed: %.*s", h->name,

@@ -91,6 +91,7 @@ int Engine::next_timeout_ms() const {
 }
 
 bool Engine::run_once() {
+    require_no_sealed_reply("run_once");
     const uint64_t before = work_;
     if (in_place_change_) apply_in_place_change();
     transport_->poll(0);
@@ -163,6 +164,7 @@ void Engine::push_older(const std::vector<uint8_t>& rec) {
 }
 
 size_t Engine::take_in_place(uint8_t* out, size_t cap) {
+    require_no_sealed_reply("take_in_place");
     while (!in_place_.empty()) {
         auto front = in_place_.begin();
         std::vector<uint8_t> rec = pop_held(&front);
@@ -179,6 +181,7 @@ size_t Engine::take_in_place(uint8_t* out, size_t cap) {
 }
 
 void Engine::hand_to_lms(const uint8_t* rec, size_t len) {
+    require_no_sealed_reply("hand_to_lms");
     RingPrefix pre;
     if (len < sizeof pre + kMessageHeaderSize) return;
     std::memcpy(&pre, rec, sizeof pre);
@@ -204,6 +207,7 @@ void Engine::hand_all_to_lms(uint32_t w) {
 }
 
 void Engine::send_from_owner(uint16_t node, uint16_t flags, const uint8_t* payload, uint32_t len) {
+    require_no_sealed_reply("send_from_owner");
     // route_outbound gives back the send budget a ring record took; this
     // message took it here.
     if (node >= 1 && node <= kMaxNodes) {

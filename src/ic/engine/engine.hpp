@@ -113,8 +113,11 @@ class Engine final : public ic::TransportHandler, public HandshakePolicy {
     // then writes its reply as usual. Then write_sealed_reply() takes the
     // body_len body bytes in order, and finish_sealed_reply() sends the
     // frame, as send_from_owner() would have. abandon_sealed_reply() drops
-    // it (nothing was sent; the reply is still due). Between begin and
-    // finish or abandon the owner makes no other engine call.
+    // it (nothing was sent; the reply is still due). A throw from begin,
+    // write or finish abandons it first (the reply is still due); once the
+    // frame is sealed finish throws no more, and a failed send ends the lane.
+    // Between begin and finish or abandon any other engine call throws
+    // logic_error; shutdown() abandons it.
     bool begin_sealed_reply(uint16_t node, uint16_t flags, const MessageHeader& mh,
                             uint32_t body_len);
     void write_sealed_reply(const uint8_t* piece, uint32_t len);
@@ -360,7 +363,12 @@ class Engine final : public ic::TransportHandler, public HandshakePolicy {
         FrameHeader h;
         size_t sealed_len = 0;
     } sealed_reply_;
+    std::vector<uint8_t> sealed_buf_;  // its frame when the transport lends no slot (TCP)
     FrameGuard& sealed_reply_guard();
+    // The owner's calls between begin_sealed_reply() and its finish or
+    // abandon throw logic_error: the transport's lent slot and the guard's
+    // open frame allow no other send meanwhile.
+    void require_no_sealed_reply(const char* what) const;
     LogThrottle throttle_;
 };
 

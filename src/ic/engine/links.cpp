@@ -122,6 +122,7 @@ bool Engine::start(std::string* error) {
 }
 
 void Engine::shutdown() {
+    abandon_sealed_reply();  // the owner is leaving mid-reply: nothing of it is sent
     shutting_down_ = true;
     store_release(&shm_->listener_ready, 0u);
     // Accepted messages held for the owner are served by the LMS workers:

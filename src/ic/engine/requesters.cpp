@@ -161,10 +161,14 @@ bool Engine::route_due_reply(uint16_t node, uint16_t flags, const MessageHeader&
 
 // ---- a reply sealed while it is written (engine.hpp)
 
+void Engine::require_no_sealed_reply(const char* what) const {
+    if (sealed_reply_.conn != 0)
+        throw std::logic_error(std::string("Engine::") + what + " while a reply is being sealed");
+}
+
 bool Engine::begin_sealed_reply(uint16_t node, uint16_t flags, const MessageHeader& mh,
                                 uint32_t body_len) {
-    if (sealed_reply_.conn != 0)
-        throw std::logic_error("Engine::begin_sealed_reply: another reply is being sealed");
+    require_no_sealed_reply("begin_sealed_reply");
     if (!(flags & kFlagRpcReply) || replies_due_.empty()) return false;
     auto due = replies_due_.find({node, mh.rpc_id});
     if (due == replies_due_.end() || due->second == 0 || due->second == kViaPeerLanes) return false;
@@ -189,8 +193,8 @@ bool Engine::begin_sealed_reply(uint16_t node, uint16_t flags, const MessageHead
     uint8_t* out = transport_->reserve_frame(r.conn, r.sealed_len);
     r.reserved = out != nullptr;
     if (out == nullptr) {
-        seal_buf_.resize(r.sealed_len);
-        out = seal_buf_.data();
+        sealed_buf_.resize(r.sealed_len);
+        out = sealed_buf_.data();
     }
     try {
         c.guard->seal_begin(r.h, len, out);
@@ -231,22 +235,34 @@ void Engine::finish_sealed_reply() {
         throw;
     }
     sealed_reply_ = SealedReply{};
-    // What route_due_reply() does once the frame is sealed.
+    // What route_due_reply() does once the frame is sealed. From here nothing
+    // throws: the frame counter has moved and the reply is no longer due, so
+    // a failure must end the lane (its request fails at the requester), never
+    // leave it out of step or let the owner send a second reply.
     replies_due_.erase({r.node, r.rpc_id});
     Conn& c = conns_.at(r.conn);
     c.req_pending = false;
     c.req_sent = r.h.seq;
     PeerShared* ps = peers_[c.peer].shm;
-    bool sent;
-    if (r.reserved) {
-        sent = transport_->send_reserved(r.conn, r.sealed_len);
-    } else {
-        iovec iov{seal_buf_.data(), r.sealed_len};
-        sent = transport_->send(r.conn, &iov, 1);
+    bool sent = false;
+    try {
+        if (r.reserved) {
+            sent = transport_->send_reserved(r.conn, r.sealed_len);
+        } else {
+            iovec iov{sealed_buf_.data(), r.sealed_len};
+            sent = transport_->send(r.conn, &iov, 1);
+        }
+    } catch (...) {
+        if (r.reserved) transport_->cancel_reserved(r.conn);
+        sent = false;
     }
     work_++;
     if (!sent) {
-        close_conn(r.conn);
+        try {
+            close_conn(r.conn);
+        } catch (...) {
+            // the transport reports the close, or the lane times out
+        }
         return;
     }
     count(&ps->msgs_sent);

@@ -112,6 +112,7 @@ void FrameGuard::begin(Direction& d) {
 
 void FrameGuard::seal(FrameHeader h, const uint8_t* payload, uint32_t len,
                       std::vector<uint8_t>* out) {
+    if (sealing()) throw std::logic_error("FrameGuard::seal: another frame is being sealed");
     out->resize(kFrameHeaderSize + len + overhead());
     seal_into(h, payload, len, out->data());
 }
@@ -190,6 +191,7 @@ void FrameGuard::seal_apart(FrameHeader h, const uint8_t* payload, uint32_t len,
                             uint8_t* tag) {
     if (mode_ == WireProtection::Secure)
         throw std::logic_error("FrameGuard::seal_apart: secure mode encrypts the payload");
+    if (sealing()) throw std::logic_error("FrameGuard::seal_apart: another frame is being sealed");
     const size_t tag_len = overhead();
     h.payload_len = static_cast<uint32_t>(len + tag_len);
     encode_frame_fields(h, hdr);  // crc field zero: this is the AAD

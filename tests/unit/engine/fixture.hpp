@@ -29,6 +29,27 @@ inline std::vector<NodeAddress> loopback_nodes(int n, const char* host = "127.0.
     return v;
 }
 
+// Now on the clock the requester lanes' deadlines are on, in ns.
+inline uint64_t lane_now_ns() {
+    return static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+            .count());
+}
+
+// An RPC request's payload for a requester lane: its MessageHeader (type,
+// route key 7, rpc_id), then body.
+inline std::vector<uint8_t> rpc_request(uint64_t rpc_id, const std::vector<uint8_t>& body,
+                                        uint16_t type) {
+    MessageHeader mh;
+    mh.msg_type = type;
+    mh.route_key = 7;
+    mh.rpc_id = rpc_id;
+    std::vector<uint8_t> p(kMessageHeaderSize + body.size());
+    encode_message_header(mh, p.data());
+    std::copy(body.begin(), body.end(), p.begin() + kMessageHeaderSize);
+    return p;
+}
+
 inline std::vector<uint8_t> pattern(size_t n, uint32_t seed) {
     std::vector<uint8_t> b(n);
     for (size_t i = 0; i < n; i++) b[i] = static_cast<uint8_t>(seed * 131 + i * 7 + (i >> 8));

@@ -22,21 +22,12 @@ namespace {
 constexpr uint16_t kRpcType = 300;
 
 uint64_t now_ns() {
-    return static_cast<uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
-            .count());
+    return lane_now_ns();
 }
 
 std::vector<uint8_t> request(uint64_t rpc_id, const std::vector<uint8_t>& body,
                              uint16_t type = kRpcType) {
-    MessageHeader mh;
-    mh.msg_type = type;
-    mh.route_key = 7;
-    mh.rpc_id = rpc_id;
-    std::vector<uint8_t> p(kMessageHeaderSize + body.size());
-    encode_message_header(mh, p.data());
-    std::copy(body.begin(), body.end(), p.begin() + kMessageHeaderSize);
-    return p;
+    return rpc_request(rpc_id, body, type);
 }
 
 void serve_rpcs_in_place(EngineConfig& c) {
