@@ -211,6 +211,14 @@ class VerbsTransport final : public Transport {
     BufferPool pool_;
     ibv_mr* pool_mr_ = nullptr;
     SlotList send_free_;
+    // The send slots are shared by every connection, and a frame to a peer
+    // that posts no receive holds its slot in RNR retry for as long as the
+    // peer stays connected. So the last quarter of them goes only to a
+    // connection with fewer than kSlotsBelowReserve frames in flight: peers
+    // that never receive can take at most the rest, kSlotsBelowReserve each
+    // from the reserve, and every other connection still gets a slot.
+    static constexpr uint32_t kSlotsBelowReserve = 4;
+    bool may_take_slot(const VerbsConn& c) const;
     long reserved_slot_ = -1;  // lent by reserve_frame() until send_reserved()
     ConnId reserved_conn_ = 0;
     std::vector<VerbsSendCtx> send_ctx_;

@@ -63,7 +63,7 @@ uint8_t* VerbsTransport::reserve_frame(ConnId conn, size_t bytes) {
     if (reserved_slot_ >= 0) return nullptr;  // one at a time
     VerbsConn* c = find_live(conn);
     if (c == nullptr || c->state != VerbsConnState::Open || !c->queue.empty() || c->qp == nullptr ||
-        c->posted >= c->max_posted || send_free_.empty() || bytes < ic::kFrameHeaderSize ||
+        c->posted >= c->max_posted || !may_take_slot(*c) || bytes < ic::kFrameHeaderSize ||
         bytes > ic::kFrameHeaderSize + max_payload_)
         return nullptr;
     reserved_slot_ = send_free_.take();
@@ -117,6 +117,13 @@ void VerbsTransport::set_max_payload(ConnId conn, uint32_t max_payload) {
         c->max_payload = std::min(max_payload, max_payload_);
 }
 
+// A free send slot, and this connection may take it (the reserve rule of
+// transport_impl.hpp: the last quarter only below kSlotsBelowReserve in flight).
+bool VerbsTransport::may_take_slot(const VerbsConn& c) const {
+    if (send_free_.empty()) return false;
+    return c.posted < kSlotsBelowReserve || send_free_.available() > opts_.send_slots / 4;
+}
+
 // Posts one frame. Busy when the QP's send queue or the send slots are full
 // (nothing is consumed); Failed after ending the connection.
 //
@@ -129,7 +136,7 @@ void VerbsTransport::set_max_payload(ConnId conn, uint32_t max_payload) {
 // frames consumed here as its immediate when this side offered slots.
 VerbsTransport::PostResult VerbsTransport::post_frame(VerbsConn& c, const iovec* iov, int iovcnt,
                                                       size_t total, long reserved) {
-    if (reserved < 0 && (c.qp == nullptr || c.posted >= c.max_posted || send_free_.empty()))
+    if (reserved < 0 && (c.qp == nullptr || c.posted >= c.max_posted || !may_take_slot(c)))
         return PostResult::Busy;
     const uint32_t slot = reserved >= 0 ? static_cast<uint32_t>(reserved) : send_free_.take();
     uint8_t* buf = pool_.slot(slot);
@@ -240,7 +247,8 @@ void VerbsTransport::flush_queue(VerbsConn& c) {
     }
 }
 
-// Queued frames of every connection, after completions freed slots.
+// Queued frames of every connection, after completions freed slots (a
+// connection over its share of the reserve waits for its own completions).
 void VerbsTransport::flush_backlog() {
     if (send_free_.empty()) return;
     for (auto& [id, c] : conns_) {
