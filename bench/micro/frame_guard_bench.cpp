@@ -11,6 +11,7 @@
 #include <cstring>
 #include <vector>
 
+#include "ic/wire/block_wire.hpp"
 #include "ic/wire/frame_guard.hpp"
 
 using namespace pgrac::ic;
@@ -47,9 +48,9 @@ void BM_SealAndOpen(benchmark::State& state) {
 }
 BENCHMARK(BM_SealAndOpen)->ArgsProduct({{0, 1, 2}, {64, 8192}});
 
-constexpr uint32_t kBlock = 8192;
-constexpr uint32_t kEntry = 12;                   // block_wire.hpp: kBlockEntryHeader
-constexpr uint32_t kReply = 8 + kEntry + kBlock;  // one block's reply body
+constexpr uint32_t kBlock = kBlockSize;
+constexpr uint32_t kEntry = kBlockEntryHeader;
+constexpr uint32_t kReply = kBlockReplyHeader + kEntry + kBlock;  // one block's reply body
 
 SessionKeys send_keys() {
     SessionKeys k;
@@ -71,7 +72,8 @@ void BM_ServeBlockCopyThenSeal(benchmark::State& state) {
     h.type = FrameType::Message;
     uint32_t seq = 0;
     for (auto _ : state) {
-        std::memcpy(reply.data() + kMessageHeaderSize + 8 + kEntry, page.data(), kBlock);
+        std::memcpy(reply.data() + kMessageHeaderSize + kBlockReplyHeader + kEntry, page.data(),
+                    kBlock);
         h.seq = ++seq;
         tx.seal_into(h, reply.data(), static_cast<uint32_t>(reply.size()), frame.data());
         benchmark::DoNotOptimize(frame.data());
@@ -86,7 +88,7 @@ BENCHMARK(BM_ServeBlockCopyThenSeal)->Arg(0)->Arg(1)->Arg(2);
 void BM_ServeBlockSealFromPool(benchmark::State& state) {
     FrameGuard tx(WireProtection::Secure, send_keys());
     const std::vector<uint8_t> page(kBlock, 0x5A);
-    uint8_t head[kMessageHeaderSize + 8] = {};
+    uint8_t head[kMessageHeaderSize + kBlockReplyHeader] = {};
     uint8_t entry[kEntry + 8] = {};
     std::vector<uint8_t> frame(kFrameHeaderSize + kMessageHeaderSize + kReply + kFrameTagSize);
     FrameHeader h;

@@ -357,7 +357,7 @@ class Engine final : public ic::TransportHandler, public HandshakePolicy {
     // The reply begin_sealed_reply() started (requesters.cpp).
     struct SealedReply {
         ic::ConnId conn = 0;    // 0: none
-        bool reserved = false;  // sealed into the transport's send slot, else seal_buf_
+        bool reserved = false;  // sealed into the transport's send slot, else sealed_buf_
         uint16_t node = 0;
         uint64_t rpc_id = 0;
         FrameHeader h;
