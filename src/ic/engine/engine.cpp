@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <stdexcept>
 
 #include "ic/base/atomics.hpp"
 
@@ -359,15 +360,30 @@ void Engine::send_message(Peer& p, int lane, uint16_t flags, const uint8_t* payl
     h.payload_len = len;
     h.seq = l.session.next_seq();
     h.ack = l.session.last_received();
-    // Retained with the crc field zero: send_frame computes the CRC where the
-    // mode uses it (crc), and sealing modes never pay for it.
-    FrameBuffer frame = l.session.take_buffer(kFrameHeaderSize + len);
-    encode_frame_fields(h, frame.data());
-    std::memcpy(frame.data() + kFrameHeaderSize, payload, len);
+    const size_t clear_bytes = kFrameHeaderSize + len;
+    KeptFrameRef frame = l.session.take_frame(clear_bytes, clear_bytes + kFrameTagSize);
     // While the peer asked us to back off, the frame is only retained; it goes
     // out in order when the hold expires (transmit_held) or on a reconnect.
-    if (l.up && now_us() >= p.hold_until_us && l.transmitted == h.seq - 1) {
-        if (send_frame(l.conn, h, frame.data() + kFrameHeaderSize)) {
+    const bool now = l.up && now_us() >= p.hold_until_us && l.transmitted == h.seq - 1;
+    FrameGuard* g = now ? guard_of(l.conn) : nullptr;
+    bool sent = false;
+    if (g != nullptr && g->mode() == WireProtection::Secure && !transport_->lends_frames()) {
+        // Sealed from the ring record straight into the kept frame: the
+        // cipher's pass is its only copy, and the transport sends it from there.
+        frame->bytes.resize(clear_bytes + kFrameTagSize);
+        frame->sealed = g->seal_kept(h, payload, len, frame->bytes.data());
+        const std::shared_ptr<const uint8_t> kept(frame, frame->bytes.data());
+        iovec iov{frame->bytes.data(), frame->bytes.size()};
+        sent = transport_->send_kept(l.conn, &iov, 1, kept, frame->bytes.size());
+    } else {
+        // Retained with the crc field zero: send_kept computes the CRC where the
+        // mode uses it (crc), and sealing modes never pay for it.
+        encode_frame_fields(h, frame->bytes.data());
+        std::memcpy(frame->bytes.data() + kFrameHeaderSize, payload, len);
+        if (now) sent = send_kept(l.conn, frame);
+    }
+    if (now) {
+        if (sent) {
             l.session.ack_sent(h.ack);
             l.transmitted = h.seq;
         } else {
@@ -375,10 +391,60 @@ void Engine::send_message(Peer& p, int lane, uint16_t flags, const uint8_t* payl
         }
     }
     count(&p.shm->msgs_sent);
-    count<uint64_t>(&p.shm->bytes_sent, frame.size());
+    count<uint64_t>(&p.shm->bytes_sent, clear_bytes);
     l.session.retain(h.seq, std::move(frame));
     count(&p.shm->unacked_msgs);
-    count<uint64_t>(&p.shm->unacked_bytes, kFrameHeaderSize + len);
+    count<uint64_t>(&p.shm->unacked_bytes, clear_bytes);
+}
+
+FrameGuard* Engine::guard_of(ic::ConnId id) {
+    auto it = conns_.find(id);
+    return it == conns_.end() ? nullptr : it->second.guard.get();
+}
+
+bool Engine::send_kept(ic::ConnId id, KeptFrameRef& f) {
+    if (f->is_sealed()) {
+        // Sealed for an earlier connection (or this one's earlier frames): in
+        // clear again, then sealed under this connection's keys below.
+        unshare(f);
+        if (!FrameGuard::open_kept(f->sealed, f->bytes.data(), f->bytes.size()))
+            throw std::logic_error("a kept frame no longer opens under the key it was sealed with");
+        f->sealed = SealedUnder{};
+        f->bytes.resize(f->bytes.size() - kFrameTagSize);
+    }
+    FrameHeader h;
+    if (decode_frame_header(f->bytes.data(), f->bytes.size(), kMaxFramePayload, &h) !=
+            FrameError::None ||
+        f->bytes.size() != kFrameHeaderSize + h.payload_len)
+        throw std::logic_error("a kept frame's header does not decode");
+    uint8_t* payload = f->bytes.data() + kFrameHeaderSize;
+    FrameGuard* g = guard_of(id);
+    const WireProtection mode = g == nullptr ? WireProtection::Crc : g->mode();
+    if (mode == WireProtection::Secure && transport_->lends_frames())
+        return send_frame(id, h, payload);  // sealed into a lent send slot
+    if (mode == WireProtection::Secure) {
+        unshare(f);
+        const size_t clear_bytes = f->bytes.size();
+        f->bytes.resize(clear_bytes + kFrameTagSize);
+        payload = f->bytes.data() + kFrameHeaderSize;
+        f->sealed = g->seal_kept(h, payload, h.payload_len, f->bytes.data());
+        const std::shared_ptr<const uint8_t> sealed(f, f->bytes.data());
+        iovec iov{f->bytes.data(), f->bytes.size()};
+        return transport_->send_kept(id, &iov, 1, sealed, f->bytes.size());
+    }
+    const std::shared_ptr<const uint8_t> kept(f, f->bytes.data());
+    if (mode == WireProtection::Mac) {
+        // The payload goes from the kept frame as it is: header and tag apart.
+        uint8_t hdr[kFrameHeaderSize];
+        uint8_t tag[kFrameTagSize];
+        g->seal_apart(h, payload, h.payload_len, hdr, tag);
+        iovec iov[3] = {{hdr, kFrameHeaderSize}, {payload, h.payload_len}, {tag, kFrameTagSize}};
+        return transport_->send_kept(id, iov, 3, kept, f->bytes.size());
+    }
+    uint8_t hdr[kFrameHeaderSize];
+    encode_frame_header(h, payload, hdr);
+    iovec iov[2] = {{hdr, kFrameHeaderSize}, {payload, h.payload_len}};
+    return transport_->send_kept(id, iov, h.payload_len > 0 ? 2 : 1, kept, f->bytes.size());
 }
 
 bool Engine::send_frame(ic::ConnId id, FrameHeader h, const uint8_t* payload) {
@@ -563,15 +629,29 @@ void Engine::transmit_held(Peer& p, int64_t now) {
 // longer awaited (failed, timed out, given up) into a void message.
 void Engine::void_abandoned_requests(Peer& p) {
     for (Lane& l : p.lanes) {
-        l.session.for_each_retained([&](uint32_t, FrameBuffer& f) {
+        l.session.for_each_retained([&](uint32_t, KeptFrameRef& f) {
             FrameHeader h;
-            if (f.size() < kFrameHeaderSize + kMessageHeaderSize ||
-                decode_frame_header(f.data(), f.size(), kMaxFramePayload, &h) != FrameError::None ||
+            if (f->bytes.size() < kFrameHeaderSize + kMessageHeaderSize ||
+                decode_frame_header(f->bytes.data(), f->bytes.size(), kMaxFramePayload, &h) !=
+                    FrameError::None ||
                 !(h.flags & kFlagRpcRequest))
                 return;
-            uint8_t* payload = f.data() + kFrameHeaderSize;
+            if (f->is_sealed()) {
+                // Its message header is under the cipher: opened where it is
+                // kept (a transport still queueing it keeps the sealed bytes),
+                // it is sealed again when it goes out.
+                unshare(f);
+                if (!FrameGuard::open_kept(f->sealed, f->bytes.data(), f->bytes.size()))
+                    throw std::logic_error(
+                        "a kept frame no longer opens under the key it was sealed with");
+                f->sealed = SealedUnder{};
+                f->bytes.resize(f->bytes.size() - kFrameTagSize);
+                decode_frame_header(f->bytes.data(), f->bytes.size(), kMaxFramePayload, &h);
+            }
             MessageHeader mh;
-            if (decode_message_header(payload, h.payload_len, &mh) != FrameError::None) return;
+            if (decode_message_header(f->bytes.data() + kFrameHeaderSize, h.payload_len, &mh) !=
+                FrameError::None)
+                return;
             auto it = outstanding_.find(rpc_slot(mh.rpc_id));
             if (it != outstanding_.end() && it->second.rpc_id == mh.rpc_id) {
                 const ReplySlot* slot = reply_slot(shm_, rpc_slot(mh.rpc_id));
@@ -581,24 +661,24 @@ void Engine::void_abandoned_requests(Peer& p) {
                 if (waiting) return;
                 outstanding_.erase(it);
             }
+            // Rewritten in place: a transport still queueing it keeps the old bytes.
+            unshare(f);
             mh.msg_type = kVoidMsgType;
-            encode_message_header(mh, payload);
+            encode_message_header(mh, f->bytes.data() + kFrameHeaderSize);
             h.flags = static_cast<uint16_t>(h.flags & ~kFlagRpcRequest);
-            encode_frame_fields(h, f.data());
+            encode_frame_fields(h, f->bytes.data());
             count(&p.shm->requests_voided);
         });
     }
 }
 
 void Engine::transmit_after(Lane& l, uint32_t after) {
-    for (const Session::Held& h : l.session.frames_after(after)) {
-        FrameHeader fh;
-        decode_frame_header(h.frame->data(), h.frame->size(), kMaxFramePayload, &fh);
-        if (!send_frame(l.conn, fh, h.frame->data() + kFrameHeaderSize)) {
+    for (const Session::Held& held : l.session.frames_after(after)) {
+        if (!send_kept(l.conn, *held.frame)) {
             close_conn(l.conn);
             return;
         }
-        l.transmitted = h.seq;
+        l.transmitted = held.seq;
     }
 }
 

@@ -213,6 +213,14 @@ class Engine final : public ic::TransportHandler, public HandshakePolicy {
     // Puts one frame on a connection: with its CRC in crc mode, else sealed
     // by the connection's guard.
     bool send_frame(ic::ConnId id, FrameHeader h, const uint8_t* payload);
+    // Puts a frame kept for resending on a connection (its first send, a
+    // resend, what a backoff held): with its CRC (crc), its tag apart (mac),
+    // sealed (secure) into a send slot the transport lends, else where it is
+    // kept, opened first if it was sealed for an earlier connection. The
+    // transport holds a reference to it, not a copy, if it must queue it.
+    bool send_kept(ic::ConnId id, KeptFrameRef& f);
+    // The guard of an established connection, nullptr if none.
+    FrameGuard* guard_of(ic::ConnId id);
     // Requester lanes (ic/engine/requesters.cpp).
     static constexpr int kMaxRequesterLanes = 512;  // per peer node
     int requester_lanes(int peer) const;

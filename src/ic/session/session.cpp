@@ -26,18 +26,20 @@ uint32_t Session::next_seq() {
     return next_seq_++;
 }
 
-void Session::retain(uint32_t seq, FrameBuffer frame) {
+void Session::retain(uint32_t seq, KeptFrameRef frame) {
     // Frames are retained in the order next_seq() handed out their numbers.
     assert(seq == last_sent());
     assert(unacked_.empty() || seq == unacked_.back().seq + 1);
-    unacked_bytes_ += frame.size();
-    unacked_.push_back(Retained{seq, std::move(frame)});
+    // Counted at its clear size, sealed or not.
+    const size_t bytes = frame->bytes.size() - (frame->is_sealed() ? kFrameTagSize : 0);
+    unacked_.push_back(Retained{seq, std::move(frame), bytes});
+    unacked_bytes_ += bytes;
 }
 
 size_t Session::on_ack(uint32_t ack) {
     size_t freed = 0;
     while (!unacked_.empty() && !seq_after(unacked_.front().seq, ack)) {
-        unacked_bytes_ -= unacked_.front().frame.size();
+        unacked_bytes_ -= unacked_.front().bytes;
         spare_.give(std::move(unacked_.front().frame));
         unacked_.pop_front();
         ++freed;
@@ -45,17 +47,17 @@ size_t Session::on_ack(uint32_t ack) {
     return freed;
 }
 
-std::vector<const FrameBuffer*> Session::resend_after(uint32_t peer_last_received) {
+std::vector<const KeptFrame*> Session::resend_after(uint32_t peer_last_received) {
     on_ack(peer_last_received);
-    std::vector<const FrameBuffer*> frames;
+    std::vector<const KeptFrame*> frames;
     frames.reserve(unacked_.size());
-    for (const Retained& r : unacked_) frames.push_back(&r.frame);
+    for (const Retained& r : unacked_) frames.push_back(r.frame.get());
     return frames;
 }
 
-std::vector<Session::Held> Session::frames_after(uint32_t seq) const {
+std::vector<Session::Held> Session::frames_after(uint32_t seq) {
     std::vector<Held> frames;
-    for (const Retained& r : unacked_)
+    for (Retained& r : unacked_)
         if (seq_after(r.seq, seq)) frames.push_back(Held{r.seq, &r.frame});
     return frames;
 }

@@ -15,7 +15,7 @@
 #include <deque>
 #include <vector>
 
-#include "ic/wire/frame_buffer.hpp"
+#include "ic/wire/kept_frame.hpp"
 
 namespace pgrac::ic {
 
@@ -38,22 +38,26 @@ class Session {
     bool can_retain(size_t bytes) const;
     // Sequence number for the next Message frame.
     uint32_t next_seq();
-    // A buffer of n bytes for the next frame to retain (recycled from acked ones).
-    FrameBuffer take_buffer(size_t n) { return spare_.take(n); }
-    // Keep an encoded frame (header + payload) until acked.
-    void retain(uint32_t seq, FrameBuffer frame);
+    // A frame of n bytes, with room for `room`, for the next frame to retain
+    // (recycled from acked ones).
+    KeptFrameRef take_frame(size_t n, size_t room) { return spare_.take(n, room); }
+    // Keep an encoded frame (header + payload) until acked. It counts in
+    // unacked_bytes() at its clear size, whatever sealing does to it later.
+    void retain(uint32_t seq, KeptFrameRef frame);
     // Peer acked everything up to `ack`; returns how many frames were freed.
     size_t on_ack(uint32_t ack);
     // Frames the peer has not received, in order, given what it last received.
     // Drops the ones it has. The caller sends them again.
-    std::vector<const FrameBuffer*> resend_after(uint32_t peer_last_received);
-    // Retained frames with a sequence number after `seq`, in order; acks nothing.
+    std::vector<const KeptFrame*> resend_after(uint32_t peer_last_received);
+    // Retained frames with a sequence number after `seq`, in order; acks
+    // nothing. Each points at the session's reference, which the caller may
+    // replace (unshare() before changing a frame in place).
     struct Held {
         uint32_t seq;
-        const FrameBuffer* frame;
+        KeptFrameRef* frame;
     };
-    std::vector<Held> frames_after(uint32_t seq) const;
-    // Every retained frame, to rewrite in place (same length): the engine
+    std::vector<Held> frames_after(uint32_t seq);
+    // Every retained frame, to rewrite in place (unshare() first): the engine
     // voids RPC requests whose caller was told they failed.
     template <typename Fn>
     void for_each_retained(Fn&& fn) {
@@ -80,7 +84,8 @@ class Session {
 
     struct Retained {
         uint32_t seq;
-        FrameBuffer frame;
+        KeptFrameRef frame;
+        size_t bytes;  // counted in unacked_bytes_
     };
     Limits limits_;
     uint32_t next_seq_ = 1;
@@ -88,7 +93,7 @@ class Session {
     size_t unacked_bytes_ = 0;
     uint32_t last_received_ = 0;
     uint32_t last_ack_sent_ = 0;
-    FramePool spare_;  // acked frames' buffers
+    KeptFramePool spare_;  // acked frames
 };
 
 }  // namespace pgrac::ic

@@ -30,8 +30,11 @@ struct TransportCounters {
     uint64_t verbs_sends = 0;                         // send work requests completed successfully
     uint64_t verbs_recvs = 0;                         // receive completions delivered as frames
     uint64_t send_queue_waits = 0;  // frames queued in user space: send queue or slots full
-    uint64_t srq_low_events = 0;    // IBV_EVENT_SRQ_LIMIT_REACHED: receives ran low
-    uint64_t cq_rebuilds = 0;       // CQ+SRQ recreated after an overflow or error
+    // tcp only: frames kept for resending (send_kept) that a full socket left
+    // queued, the queue holding a reference to them, not a copy
+    uint64_t queued_by_reference = 0;
+    uint64_t srq_low_events = 0;  // IBV_EVENT_SRQ_LIMIT_REACHED: receives ran low
+    uint64_t cq_rebuilds = 0;     // CQ+SRQ recreated after an overflow or error
     // frames the transport sent without copying them: a payload piece read in
     // place from the MR cache, or a frame written into its slot (reserve_frame)
     uint64_t zero_copy_sends = 0;
@@ -72,6 +75,17 @@ class Transport {
     // Sends one frame: iov holds the 24-byte header and the payload pieces.
     // The transport copies or queues it; false if the connection is unusable.
     virtual bool send(ConnId conn, const iovec* iov, int iovcnt) = 0;
+    // As send(), for a frame kept for resending: the pieces of iov that lie
+    // in the kept_len bytes at kept.get() stay as they are while `kept` is
+    // held. A transport that must queue the frame (TCP, a full socket) holds
+    // `kept` for those pieces instead of copying them; other pieces (a
+    // header, a tag) are copied.
+    virtual bool send_kept(ConnId conn, const iovec* iov, int iovcnt,
+                           std::shared_ptr<const uint8_t> kept, size_t kept_len) {
+        (void)kept;
+        (void)kept_len;
+        return send(conn, iov, iovcnt);
+    }
     // A hint for the frames send() takes until it is set again: more follow
     // at once, so they may share the wire's segments and the peer's wakeups
     // (TCP: MSG_MORE). push_more() sends whatever the hint left pending; a
@@ -96,6 +110,9 @@ class Transport {
         return false;
     }
     virtual void cancel_reserved(ConnId conn) { (void)conn; }
+    // Whether reserve_frame() lends send buffers at all (verbs): a caller that
+    // seals a kept frame seals it into one then, else where it is kept.
+    virtual bool lends_frames() const { return false; }
     // Bytes accepted by send() but not yet written to the wire.
     virtual size_t queued_bytes(ConnId conn) const = 0;
     // Largest payload this connection accepts from now on (capped at

@@ -1,6 +1,7 @@
 // Byte buffers for encoded frames: no zero-fill on resize (every byte is
-// written by the encoder before it is read), and recycled once acked, so a
-// stream of 8 KiB frames neither memsets nor mallocs per frame.
+// written by the encoder before it is read). Kept frames recycle theirs once
+// acked (kept_frame.hpp), so a stream of 8 KiB frames neither memsets nor
+// mallocs per frame.
 #pragma once
 
 #include <cstddef>
@@ -34,35 +35,5 @@ struct DefaultInitAllocator : std::allocator<T> {
 };
 
 using FrameBuffer = std::vector<uint8_t, DefaultInitAllocator<uint8_t>>;
-
-// A bounded stack of spare buffers. take() gives the most recently returned
-// one (likeliest still in cache), sized to n, contents unspecified.
-class FramePool {
-  public:
-    static constexpr size_t kMaxSpares = 128;
-    static constexpr size_t kMaxSpareCapacity = 64 * 1024 + 256;
-    static constexpr size_t kMaxSpareBytes = 1 << 20;  // per pool (per session)
-
-    FrameBuffer take(size_t n) {
-        if (spares_.empty()) return FrameBuffer(n);
-        FrameBuffer b = std::move(spares_.back());
-        spares_.pop_back();
-        bytes_ -= b.capacity();
-        b.resize(n);
-        return b;
-    }
-    void give(FrameBuffer&& b) {
-        if (spares_.size() < kMaxSpares && b.capacity() <= kMaxSpareCapacity &&
-            bytes_ + b.capacity() <= kMaxSpareBytes) {
-            bytes_ += b.capacity();
-            spares_.push_back(std::move(b));
-        }
-    }
-    size_t spares() const { return spares_.size(); }
-
-  private:
-    std::vector<FrameBuffer> spares_;
-    size_t bytes_ = 0;  // capacity held by the spares
-};
 
 }  // namespace pgrac::ic

@@ -29,6 +29,10 @@ void put32(uint8_t* p, uint32_t v) {
 
 }  // namespace
 
+KeptKey::~KeptKey() {
+    OPENSSL_cleanse(key.data(), key.size());
+}
+
 const char* wire_protection_name(WireProtection p) {
     switch (p) {
         case WireProtection::Crc:
@@ -79,6 +83,7 @@ FrameGuard::~FrameGuard() {
 void FrameGuard::init(Direction& d, const std::array<uint8_t, kSessionKeySize>& key, bool encrypt) {
     d.key = key;
     d.encrypt = encrypt;
+    d.kept.reset();  // frames sealed under the previous key keep their copy
     if (d.ctx == nullptr) d.ctx = EVP_CIPHER_CTX_new();
     if (d.ctx == nullptr) crypto_failed("EVP_CIPHER_CTX_new");
     const int ok =
@@ -142,6 +147,58 @@ void FrameGuard::seal_begin(FrameHeader h, uint32_t len, uint8_t* out) {
     stream_out_ = out;
     stream_len_ = len;
     stream_done_ = 0;
+}
+
+SealedUnder FrameGuard::seal_kept(FrameHeader h, const uint8_t* payload, uint32_t len,
+                                  uint8_t* out) {
+    if (mode_ != WireProtection::Secure)
+        throw std::logic_error("FrameGuard::seal_kept: only secure mode seals kept frames");
+    seal_begin(h, len, out);  // moves to the next key first when due
+    SealedUnder at;
+    try {
+        if (!send_.kept) {
+            auto copy = std::make_shared<KeptKey>();
+            copy->key = send_.key;
+            send_.kept = std::move(copy);
+        }
+        at = SealedUnder{send_.kept, send_.counter};
+        seal_next(payload, len);
+        seal_end();
+    } catch (...) {
+        seal_abandon();
+        throw;
+    }
+    return at;
+}
+
+bool FrameGuard::open_kept(const SealedUnder& at, uint8_t* frame, size_t frame_len) {
+    FrameHeader h;
+    if (at.key == nullptr ||
+        decode_frame_header(frame, frame_len, kMaxFramePayload, &h) != FrameError::None ||
+        h.payload_len < kFrameTagSize || frame_len != kFrameHeaderSize + h.payload_len)
+        return false;
+    const uint32_t len = h.payload_len - static_cast<uint32_t>(kFrameTagSize);
+    uint8_t* payload = frame + kFrameHeaderSize;
+    EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
+    if (ctx == nullptr) crypto_failed("EVP_CIPHER_CTX_new");
+    uint8_t nonce[kNonceBytes] = {};
+    codec::store_le(nonce + 4, at.counter);
+    h.crc = 0;
+    uint8_t aad[kFrameHeaderSize];
+    encode_frame_fields(h, aad);
+    int n = 0;
+    uint8_t final_block[16];  // GCM writes nothing here
+    const bool ok =
+        EVP_DecryptInit_ex(ctx, EVP_aes_256_gcm(), nullptr, at.key->key.data(), nonce) == 1 &&
+        EVP_DecryptUpdate(ctx, nullptr, &n, aad, kFrameHeaderSize) == 1 &&
+        (len == 0 || EVP_DecryptUpdate(ctx, payload, &n, payload, static_cast<int>(len)) == 1) &&
+        EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, kFrameTagSize, payload + len) == 1 &&
+        EVP_DecryptFinal_ex(ctx, final_block, &n) == 1;
+    EVP_CIPHER_CTX_free(ctx);
+    if (!ok) return false;
+    h.payload_len = len;
+    encode_frame_fields(h, frame);
+    return true;
 }
 
 void FrameGuard::seal_next(const uint8_t* piece, uint32_t n) {

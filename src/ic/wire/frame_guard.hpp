@@ -18,6 +18,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,24 @@ inline constexpr size_t kSessionKeySize = 32;  // AES-256
 
 struct SessionKeys {
     std::array<uint8_t, kSessionKeySize> send{}, recv{};
+};
+
+// A copy of one send key, shared by the frames kept for resending that were
+// sealed under it; wiped when the last of them goes.
+struct KeptKey {
+    std::array<uint8_t, kSessionKeySize> key{};
+    KeptKey() = default;
+    KeptKey(const KeptKey&) = delete;
+    KeptKey& operator=(const KeptKey&) = delete;
+    ~KeptKey();
+};
+
+// Where a kept frame was sealed (FrameGuard::seal_kept): the key of its
+// generation and its counter (the GCM nonce), all open_kept() needs to open
+// it again where it lies, after the connection and its guard are gone.
+struct SealedUnder {
+    std::shared_ptr<const KeptKey> key;  // nullptr: not sealed
+    uint64_t counter = 0;
 };
 
 // HKDF-SHA256 (RFC 5869) through OpenSSL: out_len bytes from ikm, salt and info.
@@ -75,6 +94,18 @@ class FrameGuard {
     // (nothing a caller sends is complete before seal_end()). One frame at
     // a time; a throw from seal_next() or seal_end() leaves it to abandon.
     void seal_begin(FrameHeader h, uint32_t len, uint8_t* out);
+    // As seal_into() (secure only), for a frame kept for resending: it also
+    // tells the key and counter the frame was sealed under, so that it can
+    // be opened again where it is kept (open_kept) to go out under another
+    // connection's keys or be rewritten. payload may be out +
+    // kFrameHeaderSize: the frame is then sealed in place (and a throw leaves
+    // its payload unusable).
+    SealedUnder seal_kept(FrameHeader h, const uint8_t* payload, uint32_t len, uint8_t* out);
+    // Opens in place the frame_len bytes at frame that seal_kept() sealed
+    // under `at`: the payload is in clear again and the header as it was
+    // before sealing (payload_len without the tag, crc field zero). False if
+    // the tag does not verify (the bytes changed since): the frame is garbage.
+    static bool open_kept(const SealedUnder& at, uint8_t* frame, size_t frame_len);
     void seal_next(const uint8_t* piece, uint32_t n);
     void seal_end();
     void seal_abandon();
@@ -113,6 +144,7 @@ class FrameGuard {
         uint64_t counter = 0;     // frames so far: the next frame's nonce
         uint64_t generation = 0;  // keys derived since the handshake
         bool encrypt = true;
+        std::shared_ptr<const KeptKey> kept;  // key's copy for seal_kept, made at its first use
     };
     void init(Direction& d, const std::array<uint8_t, kSessionKeySize>& key, bool encrypt);
     // Sets the nonce for d.counter, moving to the next key first when due.

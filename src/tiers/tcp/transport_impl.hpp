@@ -43,6 +43,8 @@ class TcpTransport final : public Transport {
     bool listen(const std::string& host, uint16_t port, std::string* error) override;
     ConnId connect(const std::string& host, uint16_t port, std::string* error) override;
     bool send(ConnId conn, const iovec* iov, int iovcnt) override;
+    bool send_kept(ConnId conn, const iovec* iov, int iovcnt, std::shared_ptr<const uint8_t> kept,
+                   size_t kept_len) override;
     void set_more(bool more) override { more_ = more; }
     void push_more() override;
     size_t queued_bytes(ConnId conn) const override;

@@ -42,6 +42,11 @@ ssize_t write_vectored(int fd, const iovec* iov, int iovcnt, bool more = false) 
 }  // namespace
 
 bool TcpTransport::send(ConnId conn, const iovec* iov, int iovcnt) {
+    return send_kept(conn, iov, iovcnt, nullptr, 0);
+}
+
+bool TcpTransport::send_kept(ConnId conn, const iovec* iov, int iovcnt,
+                             std::shared_ptr<const uint8_t> kept, size_t kept_len) {
     TcpConnection* c = find(conn);
     if (c == nullptr || c->state == TcpConnState::Closed || iov == nullptr || iovcnt <= 0)
         return false;
@@ -68,7 +73,8 @@ bool TcpTransport::send(ConnId conn, const iovec* iov, int iovcnt) {
         }
     }
     try {
-        c->out.push(iov, iovcnt, written);
+        if (c->out.push_kept(iov, iovcnt, written, std::move(kept), kept_len))
+            ++counters_.queued_by_reference;
     } catch (...) {
         // Part of the frame may be on the wire already: the stream is broken.
         end(*c, TcpCloseCause::OutOfMemory);

@@ -124,6 +124,7 @@ class VerbsTransport final : public Transport {
     ConnId connect(const std::string& host, uint16_t port, std::string* error) override;
     bool send(ConnId conn, const iovec* iov, int iovcnt) override;
     uint8_t* reserve_frame(ConnId conn, size_t bytes) override;
+    bool lends_frames() const override { return true; }
     bool send_reserved(ConnId conn, size_t bytes) override;
     void cancel_reserved(ConnId conn) override;
     size_t queued_bytes(ConnId conn) const override;

@@ -140,6 +140,12 @@ class FaultyTransport final : public ic::Transport, public ic::TransportHandler 
         return inner_->connect(host, port, error);
     }
     bool send(ic::ConnId conn, const iovec* iov, int iovcnt) override {
+        return send_kept(conn, iov, iovcnt, nullptr, 0);
+    }
+    // A frame kept for resending reaches the real transport as such (it may
+    // queue a reference to it), after the same faults as any other.
+    bool send_kept(ic::ConnId conn, const iovec* iov, int iovcnt,
+                   std::shared_ptr<const uint8_t> kept, size_t kept_len) override {
         const std::vector<uint8_t> f = flatten(iov, iovcnt);
         FrameHeader h;
         if (f.size() >= kFrameHeaderSize &&
@@ -173,6 +179,7 @@ class FaultyTransport final : public ic::Transport, public ic::TransportHandler 
                 }
             }
         }
+        if (kept != nullptr) return inner_->send_kept(conn, iov, iovcnt, std::move(kept), kept_len);
         return inner_->send(conn, iov, iovcnt);
     }
     // The MSG_MORE hint reaches the real transport, as in the listener.

@@ -23,6 +23,13 @@ namespace {
 
 using Frame = pgrac::ic::FrameBuffer;
 
+// A frame as the session keeps it.
+pgrac::ic::KeptFrameRef kept(Frame f) {
+    auto k = std::make_shared<pgrac::ic::KeptFrame>();
+    k->bytes = std::move(f);
+    return k;
+}
+
 // A test frame: seq, then the message id, both little-endian.
 Frame make_frame(uint32_t seq, uint32_t id) {
     Frame f;
@@ -53,7 +60,7 @@ struct Link {
         const uint32_t seq = sender.next_seq();
         Frame f = make_frame(seq, next_id++);
         wire.push_back(f);
-        sender.retain(seq, std::move(f));
+        sender.retain(seq, kept(std::move(f)));
     }
     // Delivers up to n frames from the wire.
     void deliver(size_t n) {
@@ -73,9 +80,9 @@ struct Link {
     std::vector<uint32_t> reconnect(uint32_t reported_last_received) {
         wire.clear();
         std::vector<uint32_t> seqs;
-        for (const Frame* f : sender.resend_after(reported_last_received)) {
-            seqs.push_back(seq_of(*f));
-            wire.push_back(*f);
+        for (const pgrac::ic::KeptFrame* f : sender.resend_after(reported_last_received)) {
+            seqs.push_back(seq_of(f->bytes));
+            wire.push_back(f->bytes);
         }
         return seqs;
     }
@@ -175,7 +182,7 @@ TEST(Session, AckFreesRetainedFrames) {
     Session s;
     for (int i = 0; i < 10; ++i) {
         const uint32_t seq = s.next_seq();
-        s.retain(seq, Frame(100 + i));
+        s.retain(seq, kept(Frame(100 + i)));
     }
     EXPECT_EQ(s.last_sent(), 10u);
     EXPECT_EQ(s.unacked_msgs(), 10u);
@@ -194,11 +201,11 @@ TEST(Session, LimitsAreRespected) {
     Session s(Session::Limits{100, 3});
     EXPECT_TRUE(s.can_retain(100));
     EXPECT_FALSE(s.can_retain(101));
-    s.retain(s.next_seq(), Frame(40));
+    s.retain(s.next_seq(), kept(Frame(40)));
     EXPECT_TRUE(s.can_retain(60));
     EXPECT_FALSE(s.can_retain(61));
-    s.retain(s.next_seq(), Frame(10));
-    s.retain(s.next_seq(), Frame(10));
+    s.retain(s.next_seq(), kept(Frame(10)));
+    s.retain(s.next_seq(), kept(Frame(10)));
     EXPECT_FALSE(s.can_retain(1));  // three messages retained
     EXPECT_FALSE(s.can_retain(0));
     EXPECT_EQ(s.on_ack(1), 1u);
@@ -261,13 +268,13 @@ TEST(Session, FramesAfterListsHeldFramesAndAcksNothing) {
     Session s;
     for (uint32_t i = 0; i < 6; ++i) {
         const uint32_t seq = s.next_seq();
-        s.retain(seq, make_frame(seq, 100 + i));
+        s.retain(seq, kept(make_frame(seq, 100 + i)));
     }
     const auto held = s.frames_after(3);
     ASSERT_EQ(held.size(), 3u);
     EXPECT_EQ(held[0].seq, 4u);
-    EXPECT_EQ(seq_of(*held[0].frame), 4u);
-    EXPECT_EQ(seq_of(*held[2].frame), 6u);
+    EXPECT_EQ(seq_of((*held[0].frame)->bytes), 4u);
+    EXPECT_EQ(seq_of((*held[2].frame)->bytes), 6u);
     EXPECT_EQ(s.frames_after(0).size(), 6u) << "nothing was acked by looking";
     EXPECT_TRUE(s.frames_after(6).empty());
     s.on_ack(4);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 
 #include <stdexcept>
 #include <string>
@@ -517,4 +518,115 @@ TEST(FrameGuardSealInPieces, MisuseThrows) {
     std::vector<uint8_t> plain;
     ASSERT_TRUE(open_sealed(peer, piece_header(1), room, room.size(), &plain));
     EXPECT_EQ(plain, in);
+}
+
+namespace {
+
+// As the engine keeps a frame: payload_len is the clear payload's.
+pgrac::ic::FrameHeader kept_header(uint32_t seq, size_t n = 0) {
+    pgrac::ic::FrameHeader h;
+    h.payload_len = static_cast<uint32_t>(n);
+    h.type = pgrac::ic::FrameType::Message;
+    h.flags = pgrac::ic::kFlagRpcRequest;
+    h.seq = seq;
+    h.src_node = 3;
+    h.ack = 9;
+    return h;
+}
+
+}  // namespace
+
+// A kept frame sealed in place is what seal_into() makes of the same payload,
+// through key roll-overs; the peer opens it; open_kept() gives back the clear
+// frame (header as before sealing), even after the guard is gone; and sealing
+// it again under another guard gives a frame that guard's peer opens.
+TEST(FrameGuardSealKept, InPlaceIsSealIntoAndOpensAgainWhereItIs) {
+    using namespace pgrac::ic;
+    const KeyPair keys = key_pair(8, 9);
+    const KeyPair next = key_pair(10, 11);
+    auto kept_by = std::make_unique<FrameGuard>(WireProtection::Secure, keys.here, 3);
+    FrameGuard twin(WireProtection::Secure, keys.here, 3);
+    FrameGuard peer(WireProtection::Secure, keys.there, 3);
+    FrameGuard later(WireProtection::Secure, next.here, 3);
+    FrameGuard later_peer(WireProtection::Secure, next.there, 3);
+    std::vector<std::vector<uint8_t>> sealed, clears;
+    std::vector<SealedUnder> under;
+    for (uint32_t seq = 1; seq <= 10; ++seq) {
+        const size_t n = kMessageHeaderSize + seq * 97;
+        std::vector<uint8_t> clear(kFrameHeaderSize + n);
+        encode_frame_fields(kept_header(seq, n), clear.data());
+        for (size_t i = 0; i < n; ++i) clear[kFrameHeaderSize + i] = static_cast<uint8_t>(seq + i);
+        std::vector<uint8_t> frame = clear;
+        frame.resize(clear.size() + kFrameTagSize);
+        under.push_back(kept_by->seal_kept(kept_header(seq), frame.data() + kFrameHeaderSize,
+                                           static_cast<uint32_t>(n), frame.data()));
+        std::vector<uint8_t> want(frame.size());
+        twin.seal_into(kept_header(seq), clear.data() + kFrameHeaderSize, static_cast<uint32_t>(n),
+                       want.data());
+        ASSERT_EQ(frame, want) << "sealed in place differs from seal_into, frame " << seq;
+        FrameHeader h;
+        ASSERT_EQ(decode_frame_header(frame.data(), frame.size(), kMaxFramePayload, &h),
+                  FrameError::None);
+        const uint8_t* plain = nullptr;
+        uint32_t plain_len = 0;
+        ASSERT_TRUE(peer.open(h, frame.data() + kFrameHeaderSize, &plain, &plain_len)) << seq;
+        ASSERT_EQ(plain_len, n);
+        EXPECT_EQ(under.back().counter, seq - 1);
+        if (seq > 1) {
+            EXPECT_EQ(under.back().key == under[seq - 2].key, (seq - 1) % 3 != 0)
+                << "one key copy per generation";
+        }
+        sealed.push_back(frame);
+        clears.push_back(clear);
+    }
+    kept_by.reset();  // the connection is gone; its frames' keys are not
+    for (uint32_t seq = 1; seq <= 10; ++seq) {
+        std::vector<uint8_t>& frame = sealed[seq - 1];
+        const std::vector<uint8_t>& clear = clears[seq - 1];
+        ASSERT_TRUE(FrameGuard::open_kept(under[seq - 1], frame.data(), frame.size())) << seq;
+        frame.resize(frame.size() - kFrameTagSize);
+        ASSERT_EQ(frame, clear) << "opened in place, frame " << seq;
+        // Sealed again under another connection's keys, in place.
+        frame.resize(frame.size() + kFrameTagSize);
+        const uint32_t n = static_cast<uint32_t>(clear.size() - kFrameHeaderSize);
+        later.seal_kept(kept_header(seq), frame.data() + kFrameHeaderSize, n, frame.data());
+        FrameHeader h;
+        ASSERT_EQ(decode_frame_header(frame.data(), frame.size(), kMaxFramePayload, &h),
+                  FrameError::None);
+        const uint8_t* plain = nullptr;
+        uint32_t plain_len = 0;
+        ASSERT_TRUE(later_peer.open(h, frame.data() + kFrameHeaderSize, &plain, &plain_len));
+        ASSERT_EQ(std::vector<uint8_t>(plain, plain + plain_len),
+                  std::vector<uint8_t>(clear.begin() + kFrameHeaderSize, clear.end()));
+    }
+}
+
+// open_kept() refuses a frame whose bytes changed, the wrong counter, and a
+// frame that was never sealed; seal_kept() is for secure mode only.
+TEST(FrameGuardSealKept, RefusesWhatItDidNotSeal) {
+    using namespace pgrac::ic;
+    const KeyPair keys = key_pair(12, 13);
+    FrameGuard g(WireProtection::Secure, keys.here);
+    const uint32_t n = kMessageHeaderSize + 100;
+    std::vector<uint8_t> frame(kFrameHeaderSize + n + kFrameTagSize, 0x5a);
+    const SealedUnder at =
+        g.seal_kept(kept_header(1), frame.data() + kFrameHeaderSize, n, frame.data());
+    for (size_t at_byte : {size_t{3}, kFrameHeaderSize + 5, frame.size() - 1}) {
+        std::vector<uint8_t> changed = frame;
+        changed[at_byte] ^= 0x10;
+        EXPECT_FALSE(FrameGuard::open_kept(at, changed.data(), changed.size())) << at_byte;
+    }
+    std::vector<uint8_t> copy = frame;
+    EXPECT_FALSE(
+        FrameGuard::open_kept(SealedUnder{at.key, at.counter + 1}, copy.data(), copy.size()));
+    copy = frame;
+    EXPECT_FALSE(FrameGuard::open_kept(SealedUnder{}, copy.data(), copy.size()));
+    copy = frame;
+    EXPECT_TRUE(FrameGuard::open_kept(at, copy.data(), copy.size()));
+    for (auto mode : {WireProtection::Crc, WireProtection::Mac}) {
+        FrameGuard other(mode, keys.here);
+        EXPECT_THROW(
+            other.seal_kept(kept_header(1), frame.data() + kFrameHeaderSize, n, frame.data()),
+            std::logic_error);
+    }
 }
