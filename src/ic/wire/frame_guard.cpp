@@ -93,6 +93,15 @@ void FrameGuard::init(Direction& d, const std::array<uint8_t, kSessionKeySize>& 
 }
 
 void FrameGuard::begin(Direction& d) {
+    rekey_if_due(d);
+    uint8_t nonce[kNonceBytes] = {};
+    codec::store_le(nonce + 4, d.counter);
+    const int ok = d.encrypt ? EVP_EncryptInit_ex(d.ctx, nullptr, nullptr, nullptr, nonce)
+                             : EVP_DecryptInit_ex(d.ctx, nullptr, nullptr, nullptr, nonce);
+    if (ok != 1) crypto_failed("AES-256-GCM nonce");
+}
+
+void FrameGuard::rekey_if_due(Direction& d) {
     // Both sides count the same frames, so both move to the next key together.
     const uint64_t due = d.counter / rekey_interval_;
     if (due != d.generation) {
@@ -108,11 +117,6 @@ void FrameGuard::begin(Direction& d) {
         init(d, key, d.encrypt);
         d.generation = due;
     }
-    uint8_t nonce[kNonceBytes] = {};
-    codec::store_le(nonce + 4, d.counter);
-    const int ok = d.encrypt ? EVP_EncryptInit_ex(d.ctx, nullptr, nullptr, nullptr, nonce)
-                             : EVP_DecryptInit_ex(d.ctx, nullptr, nullptr, nullptr, nonce);
-    if (ok != 1) crypto_failed("AES-256-GCM nonce");
 }
 
 void FrameGuard::seal(FrameHeader h, const uint8_t* payload, uint32_t len,
@@ -153,21 +157,17 @@ SealedUnder FrameGuard::seal_kept(FrameHeader h, const uint8_t* payload, uint32_
                                   uint8_t* out) {
     if (mode_ != WireProtection::Secure)
         throw std::logic_error("FrameGuard::seal_kept: only secure mode seals kept frames");
-    seal_begin(h, len, out);  // moves to the next key first when due
-    SealedUnder at;
-    try {
-        if (!send_.kept) {
-            auto copy = std::make_shared<KeptKey>();
-            copy->key = send_.key;
-            send_.kept = std::move(copy);
-        }
-        at = SealedUnder{send_.kept, send_.counter};
-        seal_next(payload, len);
-        seal_end();
-    } catch (...) {
-        seal_abandon();
-        throw;
+    if (sealing()) throw std::logic_error("FrameGuard::seal_kept: another frame is being sealed");
+    // The key this frame is sealed under, copied before a byte of the frame
+    // changes: what can fail (allocation) fails with the frame intact.
+    rekey_if_due(send_);
+    if (!send_.kept) {
+        auto copy = std::make_shared<KeptKey>();
+        copy->key = send_.key;
+        send_.kept = std::move(copy);
     }
+    SealedUnder at{send_.kept, send_.counter};
+    seal_into(h, payload, len, out);
     return at;
 }
 

@@ -98,8 +98,9 @@ class FrameGuard {
     // tells the key and counter the frame was sealed under, so that it can
     // be opened again where it is kept (open_kept) to go out under another
     // connection's keys or be rewritten. payload may be out +
-    // kFrameHeaderSize: the frame is then sealed in place (and a throw leaves
-    // its payload unusable).
+    // kFrameHeaderSize: the frame is then sealed in place. A throw before the
+    // cipher starts (the key's copy) leaves the frame as it was; one during
+    // its pass (OpenSSL failing) leaves it wiped, as seal_abandon() does.
     SealedUnder seal_kept(FrameHeader h, const uint8_t* payload, uint32_t len, uint8_t* out);
     // Opens in place the frame_len bytes at frame that seal_kept() sealed
     // under `at`: the payload is in clear again and the header as it was
@@ -149,6 +150,7 @@ class FrameGuard {
     void init(Direction& d, const std::array<uint8_t, kSessionKeySize>& key, bool encrypt);
     // Sets the nonce for d.counter, moving to the next key first when due.
     void begin(Direction& d);
+    void rekey_if_due(Direction& d);
     // open() and open_in_place(): secure decrypts into `into`, or into plain_
     // when it is nullptr.
     bool open_to(const FrameHeader& h, const uint8_t* payload, uint8_t* into, const uint8_t** plain,

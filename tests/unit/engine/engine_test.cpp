@@ -696,8 +696,8 @@ TEST_F(EngineTest, UnknownDestinationFailsTheRpc) {
     EXPECT_EQ(rpc(1, 2, pattern(16, 2), &reply), PGRAC_IC_OK);
 }
 
-// Under crc the kept request is rewritten where it is; under secure (over
-// TCP) it was sealed where it is kept, and is opened in place first.
+// Under crc and mac the kept request is rewritten where it is; under secure
+// (over TCP) it was sealed where it is kept, and is opened in place first.
 class EngineProtectionTest : public EngineTest,
                              public ::testing::WithParamInterface<WireProtection> {};
 
@@ -730,7 +730,8 @@ TEST_P(EngineProtectionTest, AnRpcToldItFailedNeverRunsAfterTheReconnect) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, EngineProtectionTest,
-                         ::testing::Values(WireProtection::Crc, WireProtection::Secure),
+                         ::testing::Values(WireProtection::Crc, WireProtection::Mac,
+                                           WireProtection::Secure),
                          [](const auto& info) { return wire_protection_name(info.param); });
 
 TEST_F(EngineTest, ReplyOnlyFromTheNodeAsked) {

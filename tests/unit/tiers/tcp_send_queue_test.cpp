@@ -3,7 +3,9 @@
 // out across piece and frame boundaries, and let go once written.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <random>
 #include <memory>
 #include <vector>
 
@@ -108,6 +110,85 @@ TEST(TcpSendQueue, PiecesOutsideTheKeptFrameOrTooManyAreCopied) {
     std::memset(frame->data(), 0, frame->size());
     EXPECT_EQ(queued(q), want) << "the copies do not change with their sources";
     (void)original;
+}
+
+// Random frames of up to six pieces, inside the kept frame or apart, a random
+// part of each already written, against a flat model of the byte stream
+// (from an adversarial review).
+TEST(TcpSendQueue, RandomPiecesMatchAFlatStream) {
+    std::mt19937 rng(12345);
+    for (int round = 0; round < 300; ++round) {
+        TcpSendQueue q;
+        std::vector<uint8_t> model;  // bytes still to write, in order
+        std::vector<std::shared_ptr<std::vector<uint8_t>>> frames;
+        size_t frames_pushed = 0, frames_done = 0;
+        std::vector<size_t> frame_ends;  // model offsets (absolute) where frames end
+        size_t written_abs = 0, pushed_abs = 0;
+        for (int step = 0; step < 40; ++step) {
+            if (rng() % 3 != 0) {
+                // A kept frame of up to 6 pieces: some inside it, some apart.
+                auto kept = std::make_shared<std::vector<uint8_t>>(1 + rng() % 300);
+                for (auto& b : *kept) b = static_cast<uint8_t>(rng());
+                frames.push_back(kept);
+                std::vector<std::vector<uint8_t>> apart;
+                apart.reserve(8);
+                iovec iov[8];
+                const int cnt = 1 + static_cast<int>(rng() % 6);
+                size_t total = 0;
+                for (int i = 0; i < cnt; ++i) {
+                    if (rng() % 2) {
+                        const size_t off = rng() % kept->size();
+                        const size_t len = rng() % (kept->size() - off + 1);
+                        iov[i] = iovec{kept->data() + off, len};
+                    } else {
+                        apart.emplace_back(rng() % 40);
+                        for (auto& b : apart.back()) b = static_cast<uint8_t>(rng());
+                        iov[i] = iovec{apart.back().data(), apart.back().size()};
+                    }
+                    total += iov[i].iov_len;
+                }
+                if (total == 0) continue;           // the transport never queues an empty frame
+                const size_t skip = rng() % total;  // a partial first write
+                std::vector<uint8_t> flat;
+                for (int i = 0; i < cnt; ++i) {
+                    auto* p = static_cast<uint8_t*>(iov[i].iov_base);
+                    flat.insert(flat.end(), p, p + iov[i].iov_len);
+                }
+                const std::shared_ptr<const uint8_t> alias(kept, kept->data());
+                q.push_kept(iov, cnt, skip, rng() % 4 ? alias : nullptr, kept->size());
+                for (auto& a : apart) std::fill(a.begin(), a.end(), 0xee);  // caller's, reused
+                model.insert(model.end(), flat.begin() + skip, flat.end());
+                pushed_abs += total - skip;
+                frame_ends.push_back(pushed_abs);
+                ++frames_pushed;
+            } else if (!model.empty()) {
+                iovec out[64];
+                const int max = 1 + static_cast<int>(rng() % 7);
+                const int n = q.gather(out, max);
+                std::vector<uint8_t> got;
+                for (int i = 0; i < n; ++i) {
+                    auto* p = static_cast<uint8_t*>(out[i].iov_base);
+                    ASSERT_GT(out[i].iov_len, 0u);
+                    got.insert(got.end(), p, p + out[i].iov_len);
+                }
+                ASSERT_LE(got.size(), model.size());
+                ASSERT_TRUE(std::equal(got.begin(), got.end(), model.begin()))
+                    << "round " << round << " step " << step;
+                const size_t w = got.empty() ? 0 : rng() % (got.size() + 1);
+                const size_t done = q.consume(w);
+                model.erase(model.begin(), model.begin() + static_cast<long>(w));
+                written_abs += w;
+                size_t expect_done = 0;
+                while (frames_done + expect_done < frame_ends.size() &&
+                       frame_ends[frames_done + expect_done] <= written_abs)
+                    ++expect_done;
+                ASSERT_EQ(done, expect_done) << "round " << round << " step " << step;
+                frames_done += done;
+            }
+            ASSERT_EQ(q.bytes(), model.size());
+            ASSERT_EQ(q.empty(), frames_done == frames_pushed);
+        }
+    }
 }
 
 }  // namespace

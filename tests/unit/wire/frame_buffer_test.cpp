@@ -61,6 +61,9 @@ TEST(KeptFramePool, UnshareCopiesOnlyWhatAnotherHolds) {
     ASSERT_NE(f.get(), queued.get());
     EXPECT_EQ(f->bytes, queued->bytes);
     EXPECT_GE(f->bytes.capacity(), 26u) << "the copy keeps the room for a tag";
+    const uint8_t* mine = f->bytes.data();
+    f->bytes.resize(26);
+    EXPECT_EQ(f->bytes.data(), mine) << "sealing the copy does not move it";
     f->bytes[0] = 9;
     EXPECT_EQ(queued->bytes[0], 7) << "the queued bytes did not change";
 }
