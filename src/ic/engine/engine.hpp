@@ -350,6 +350,10 @@ class Engine final : public ic::TransportHandler, public HandshakePolicy {
     // Requests held for the owner to serve in place; counted in overflow_bytes_
     // like the LMS backlog, so the same limits hold.
     std::deque<std::vector<uint8_t>> in_place_;
+    // Buffers of records the owner took, for hold() to reuse.
+    static constexpr size_t kHeldSpares = 16;
+    static constexpr size_t kMaxHeldSpareBytes = 64 * 1024 + 256;
+    std::vector<std::vector<uint8_t>> held_spares_;
     std::vector<bool> next_in_place_;  // set_serve_in_place, until it takes effect
     bool in_place_change_ = false;
     std::vector<uint32_t> held_per_worker_;  // in_place_ records per LMS worker
