@@ -373,11 +373,8 @@ void Engine::send_message(Peer& p, int lane, uint16_t flags, const uint8_t* payl
     if (g != nullptr && g->mode() == WireProtection::Secure && !transport_->lends_frames()) {
         // Sealed from the ring record straight into the kept frame: the
         // cipher's pass is its only copy, and the transport sends it from there.
-        frame->bytes.resize(clear_bytes + kFrameTagSize);
-        frame->sealed = g->seal_kept(h, payload, len, frame->bytes.data());
-        const std::shared_ptr<const uint8_t> kept(frame, frame->bytes.data());
-        iovec iov{frame->bytes.data(), frame->bytes.size()};
-        sent = transport_->send_kept(l.conn, &iov, 1, kept, frame->bytes.size());
+        seal_kept_frame(*g, h, payload, *frame);
+        sent = send_sealed_kept(l.conn, frame);
     } else {
         // Retained with the crc field zero: send_kept computes the CRC where the
         // mode uses it (crc), and sealing modes never pay for it.
@@ -400,21 +397,21 @@ void Engine::send_message(Peer& p, int lane, uint16_t flags, const uint8_t* payl
     count<uint64_t>(&p.shm->unacked_bytes, clear_bytes);
 }
 
+bool Engine::send_sealed_kept(ic::ConnId id, const KeptFrameRef& f) {
+    iovec iov{f->bytes.data(), f->bytes.size()};
+    return transport_->send_kept(id, &iov, 1, std::shared_ptr<const uint8_t>(f, f->bytes.data()),
+                                 f->bytes.size());
+}
+
 FrameGuard* Engine::guard_of(ic::ConnId id) {
     auto it = conns_.find(id);
     return it == conns_.end() ? nullptr : it->second.guard.get();
 }
 
 bool Engine::send_kept(ic::ConnId id, KeptFrameRef& f) {
-    if (f->is_sealed()) {
-        // Sealed for an earlier connection (or this one's earlier frames): in
-        // clear again, then sealed under this connection's keys below.
-        unshare(f);
-        if (!FrameGuard::open_kept(f->sealed, f->bytes.data(), f->bytes.size()))
-            throw std::logic_error("a kept frame no longer opens under the key it was sealed with");
-        f->sealed = SealedUnder{};
-        f->bytes.resize(f->bytes.size() - kFrameTagSize);
-    }
+    // Sealed for an earlier connection: in clear again, then sealed under
+    // this connection's keys below.
+    if (f->is_sealed()) open_kept_frame(f);
     FrameHeader h;
     if (decode_frame_header(f->bytes.data(), f->bytes.size(), kMaxFramePayload, &h) !=
             FrameError::None ||
@@ -427,13 +424,8 @@ bool Engine::send_kept(ic::ConnId id, KeptFrameRef& f) {
         return send_frame(id, h, payload);  // sealed into a lent send slot
     if (mode == WireProtection::Secure) {
         unshare(f);
-        const size_t clear_bytes = f->bytes.size();
-        f->bytes.resize(clear_bytes + kFrameTagSize);
-        payload = f->bytes.data() + kFrameHeaderSize;
-        f->sealed = g->seal_kept(h, payload, h.payload_len, f->bytes.data());
-        const std::shared_ptr<const uint8_t> sealed(f, f->bytes.data());
-        iovec iov{f->bytes.data(), f->bytes.size()};
-        return transport_->send_kept(id, &iov, 1, sealed, f->bytes.size());
+        seal_kept_frame(*g, h, nullptr, *f);  // in place
+        return send_sealed_kept(id, f);
     }
     const std::shared_ptr<const uint8_t> kept(f, f->bytes.data());
     if (mode == WireProtection::Mac) {
@@ -641,14 +633,8 @@ void Engine::void_abandoned_requests(Peer& p) {
                 return;
             if (f->is_sealed()) {
                 // Its message header is under the cipher: opened where it is
-                // kept (a transport still queueing it keeps the sealed bytes),
-                // it is sealed again when it goes out.
-                unshare(f);
-                if (!FrameGuard::open_kept(f->sealed, f->bytes.data(), f->bytes.size()))
-                    throw std::logic_error(
-                        "a kept frame no longer opens under the key it was sealed with");
-                f->sealed = SealedUnder{};
-                f->bytes.resize(f->bytes.size() - kFrameTagSize);
+                // kept, it is sealed again when it goes out.
+                open_kept_frame(f);
                 decode_frame_header(f->bytes.data(), f->bytes.size(), kMaxFramePayload, &h);
             }
             MessageHeader mh;

@@ -219,6 +219,8 @@ class Engine final : public ic::TransportHandler, public HandshakePolicy {
     // kept, opened first if it was sealed for an earlier connection. The
     // transport holds a reference to it, not a copy, if it must queue it.
     bool send_kept(ic::ConnId id, KeptFrameRef& f);
+    // A sealed kept frame, whole, the transport holding a reference if it queues it.
+    bool send_sealed_kept(ic::ConnId id, const KeptFrameRef& f);
     // The guard of an established connection, nullptr if none.
     FrameGuard* guard_of(ic::ConnId id);
     // Requester lanes (ic/engine/requesters.cpp).

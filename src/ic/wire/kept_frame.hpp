@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -37,6 +38,29 @@ inline void unshare(KeptFrameRef& ref) {
     copy->bytes.assign(ref->bytes.begin(), ref->bytes.end());
     copy->sealed = ref->sealed;
     ref = std::move(copy);
+}
+
+// Seals f under g (secure) from payload, or in place when payload is
+// nullptr (f then holds the frame in clear), into the room reserved for the
+// tag, and records what opens it again. Unshare f first if a transport may
+// hold it.
+inline void seal_kept_frame(FrameGuard& g, const FrameHeader& h, const uint8_t* payload,
+                            KeptFrame& f) {
+    f.bytes.resize(kFrameHeaderSize + h.payload_len + kFrameTagSize);
+    f.sealed = g.seal_kept(h, payload != nullptr ? payload : f.bytes.data() + kFrameHeaderSize,
+                           h.payload_len, f.bytes.data());
+}
+
+// Opens a sealed kept frame where it is kept (unshared first: a transport
+// still holding it keeps the sealed bytes): in clear again, header as before
+// sealing. Throws logic_error if it does not open (its bytes changed).
+inline void open_kept_frame(KeptFrameRef& ref) {
+    unshare(ref);
+    KeptFrame& f = *ref;
+    if (!FrameGuard::open_kept(f.sealed, f.bytes.data(), f.bytes.size()))
+        throw std::logic_error("a kept frame no longer opens under the key it was sealed with");
+    f.sealed = SealedUnder{};
+    f.bytes.resize(f.bytes.size() - kFrameTagSize);
 }
 
 // A bounded stack of spare kept frames. take() gives the most recently
